@@ -1,0 +1,517 @@
+//! [`TokenBucket`], the public handle, and the state its clones share.
+
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+
+use crate::builder::Builder;
+use crate::clock::{Clock, NEVER};
+use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::future::{Take, TakeTimeout, Wait, WaitTimeout};
+use crate::queue::{Kind, Outcome, Request, WaiterId};
+use crate::rate::Rate;
+use crate::refill;
+use crate::state::{Admission, Leaving, Settings, State};
+use crate::stats::Stats;
+
+/// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    pub(crate) clock: Clock,
+    /// Nudges the refill task to plan again.
+    pub(crate) refill_signal: Arc<Notify>,
+    /// Whether a refill task is alive; an atomic so that its guard can clear it without
+    /// the lock.
+    pub(crate) refill_running: AtomicBool,
+}
+
+impl Shared {
+    /// The state. No code panics while holding the lock, but if a caller's panic ever
+    /// poisoned it the state is still consistent, so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The refill task holds the bucket weakly: wake it so that it sees it is gone.
+        self.refill_signal.notify_one();
+    }
+}
+
+/// An async token bucket: a cheap-to-clone handle whose clones share one bucket.
+///
+/// The bucket holds up to `capacity` tokens and gains them continuously at its
+/// [`Rate`]. [`try_take`](TokenBucket::try_take) takes tokens now or says when to come
+/// back; [`take`](TokenBucket::take) waits its turn in a strict first-in, first-out queue;
+/// [`wait`](TokenBucket::wait) waits until tokens are there without taking them. The
+/// timeout forms give up at a deadline without blocking anybody queued behind them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{Rate, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 10 requests per second, in bursts of up to 5.
+/// let bucket = TokenBucket::new(Rate::per_second(10), 5)?;
+/// let start = tokio::time::Instant::now();
+/// for _ in 0..15 {
+///     bucket.take(1).await?;
+/// }
+/// // 5 from the full bucket at once, then one every 100 ms.
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Runtime
+///
+/// `try_take` and the other methods that do not return a future work from any thread,
+/// with or without a runtime. A request that has to wait is served by a background task
+/// spawned on the tokio runtime it is first polled in (with time enabled, as by
+/// `#[tokio::main]`); polled outside any runtime it fails with [`TakeError::NoRuntime`].
+#[derive(Clone)]
+pub struct TokenBucket {
+    shared: Arc<Shared>,
+}
+
+/// What [`TokenBucket::begin`] did with a request on its first poll.
+pub(crate) type Queued = (WaiterId, oneshot::Receiver<Outcome>);
+
+impl TokenBucket {
+    /// A bucket that gains tokens at `rate`, holds at most `capacity`, and starts full.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroRate`] when the rate's amount or period is zero;
+    /// [`ConfigError::ZeroCapacity`] when `capacity` is zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Rate::per_second(100), 10)?;
+    /// assert_eq!(bucket.available(), 10);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn new(rate: Rate, capacity: u64) -> Result<TokenBucket, ConfigError> {
+        TokenBucket::builder().rate(rate).capacity(capacity).build()
+    }
+
+    /// A [`Builder`] for the settings `new` does not take: the initial tokens and a limit
+    /// on the queue.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(100))
+    ///     .capacity(10)
+    ///     .initial(0)
+    ///     .queue_limit(1_000)
+    ///     .build()?;
+    /// assert_eq!(bucket.available(), 0);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_settings(settings: Settings) -> Result<TokenBucket, ConfigError> {
+        settings.validate()?;
+        let clock = Clock::start();
+        let state = State::new(settings, clock.now());
+        Ok(TokenBucket {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                clock,
+                refill_signal: Arc::new(Notify::new()),
+                refill_running: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Takes `tokens` now if nobody is queued and they are there; never waits.
+    ///
+    /// It never jumps the queue: while others wait, it fails even if tokens are there.
+    /// Taking zero tokens always succeeds on an open bucket. Needs no runtime.
+    ///
+    /// # Errors
+    ///
+    /// - [`TryTakeError::Insufficient`] with `retry_after`, how long until the same request
+    ///   could succeed counting every waiter queued ahead; never shorter than the true wait.
+    /// - [`TryTakeError::ExceedsCapacity`] when `tokens` is more than the capacity.
+    /// - [`TryTakeError::Closed`] when the bucket is closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TokenBucket, TryTakeError};
+    ///
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 1)?;
+    /// assert_eq!(bucket.try_take(1), Ok(()));
+    /// let Err(TryTakeError::Insufficient { retry_after }) = bucket.try_take(1) else {
+    ///     panic!("the bucket is empty");
+    /// };
+    /// assert!(retry_after <= Duration::from_secs(1));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn try_take(&self, tokens: u64) -> Result<(), TryTakeError> {
+        self.update(|state, now| state.try_take(tokens, now))
+    }
+
+    /// Takes `tokens`, waiting in first-in, first-out order until they are there.
+    ///
+    /// The place in the queue is taken on the first poll. With nobody queued and the tokens
+    /// there, the future completes on that poll without allocating. A large request at
+    /// the head is served before any smaller one behind it, so it is never starved.
+    ///
+    /// # Errors
+    ///
+    /// [`TakeError::ExceedsCapacity`] at once when `tokens` is more than the capacity (or
+    /// later, if [`set_capacity`](TokenBucket::set_capacity) lowers it below `tokens`);
+    /// [`TakeError::QueueFull`] at once when queueing would pass the
+    /// [queue limit](Builder::queue_limit); [`TakeError::Closed`] when the bucket is or
+    /// gets closed; [`TakeError::NoRuntime`] when it must wait outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future gives up its place in the queue without blocking
+    /// those behind it, and takes no tokens; if its tokens were granted but not yet seen,
+    /// they go back to the bucket.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(4)).capacity(4).initial(0).build()?;
+    /// let start = tokio::time::Instant::now();
+    /// bucket.take(2).await?;
+    /// assert_eq!(start.elapsed(), Duration::from_millis(500));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn take(&self, tokens: u64) -> Take {
+        Take::new(self.request(Kind::Take, tokens, NEVER))
+    }
+
+    /// Like [`take`](TokenBucket::take), but gives up after `timeout`.
+    ///
+    /// The deadline is fixed when this method is called. A request whose tokens could not
+    /// accrue by the deadline even if every waiter ahead gave up fails at once.
+    /// `Duration::MAX` means no timeout.
+    ///
+    /// # Errors
+    ///
+    /// Those of `take`, and [`TakeError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `take`. A timed-out request leaves the queue at its deadline: it
+    /// never delays those behind it past that instant, and takes no tokens.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TakeError, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 5)?;
+    /// bucket.take(5).await?;
+    /// assert_eq!(bucket.take_timeout(1, Duration::from_secs(2)).await, Ok(()));
+    /// assert_eq!(bucket.take_timeout(5, Duration::from_secs(2)).await, Err(TakeError::Timeout));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn take_timeout(&self, tokens: u64, timeout: Duration) -> TakeTimeout {
+        let deadline = self.shared.clock.deadline(timeout);
+        TakeTimeout::new(self.request(Kind::Take, tokens, deadline))
+    }
+
+    /// Waits, in first-in, first-out order, until `tokens` are in the bucket, and takes
+    /// none of them: for work that should start only when it could be paid for.
+    ///
+    /// # Errors
+    ///
+    /// As [`take`](TokenBucket::take).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future gives up its place without blocking anybody.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// bucket.take(10).await?;
+    /// bucket.wait(3).await?;
+    /// assert_eq!(bucket.available(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait(&self, tokens: u64) -> Wait {
+        Wait::new(self.request(Kind::Wait, tokens, NEVER))
+    }
+
+    /// Like [`wait`](TokenBucket::wait), but gives up after `timeout`, as
+    /// [`take_timeout`](TokenBucket::take_timeout) does.
+    ///
+    /// # Errors
+    ///
+    /// Those of `wait`, and [`TakeError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `wait`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TakeError, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 10)?;
+    /// bucket.take(10).await?;
+    /// assert_eq!(bucket.wait_timeout(3, Duration::from_secs(1)).await, Err(TakeError::Timeout));
+    /// assert_eq!(bucket.wait_timeout(3, Duration::from_secs(3)).await, Ok(()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait_timeout(&self, tokens: u64, timeout: Duration) -> WaitTimeout {
+        let deadline = self.shared.clock.deadline(timeout);
+        WaitTimeout::new(self.request(Kind::Wait, tokens, deadline))
+    }
+
+    /// Whole tokens in the bucket now. While others are queued these are already promised
+    /// to the head of the queue.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 3)?;
+    /// bucket.try_take(1)?;
+    /// assert_eq!(bucket.available(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn available(&self) -> u64 {
+        self.update(State::available)
+    }
+
+    /// The most tokens the bucket holds.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 3)?;
+    /// assert_eq!(bucket.capacity(), 3);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn capacity(&self) -> u64 {
+        self.shared.lock().capacity()
+    }
+
+    /// The rate tokens are gained at.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(7), 3)?;
+    /// assert_eq!(bucket.rate(), Rate::per_second(7));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn rate(&self) -> Rate {
+        self.shared.lock().rate()
+    }
+
+    /// Waiters in the queue now (those that gave up are not counted).
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(7), 3)?;
+    /// assert_eq!(bucket.queued(), 0);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn queued(&self) -> usize {
+        self.update(|state, now| {
+            state.serve(now);
+            state.queued()
+        })
+    }
+
+    /// Changes the rate from now on; tokens accrued so far stay. Waiters are rescheduled
+    /// at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroRate`] for a zero amount or period; the rate is then unchanged.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 3)?;
+    /// bucket.set_rate(Rate::per_second(100))?;
+    /// assert_eq!(bucket.rate(), Rate::per_second(100));
+    /// assert!(bucket.set_rate(Rate::per_second(0)).is_err());
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
+        self.update(|state, now| state.set_rate(rate, now))
+    }
+
+    /// Changes the capacity. Tokens above a lowered capacity are dropped, and waiters
+    /// asking for more than it fail with [`TakeError::ExceedsCapacity`]. A raised capacity
+    /// fills at the rate, not at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroCapacity`] for zero; the capacity is then unchanged.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 10)?;
+    /// bucket.set_capacity(4)?;
+    /// assert_eq!(bucket.available(), 4);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn set_capacity(&self, capacity: u64) -> Result<(), ConfigError> {
+        self.update(|state, now| state.set_capacity(capacity, now))
+    }
+
+    /// Gives `tokens` back, for work that was paid for but did not happen. The bucket never
+    /// holds more than its capacity; waiters the tokens complete are served at once. Does
+    /// nothing on a closed bucket.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_hour(1), 10)?;
+    /// bucket.try_take(8)?;
+    /// bucket.refund(5);
+    /// assert_eq!(bucket.available(), 7);
+    /// bucket.refund(100);
+    /// assert_eq!(bucket.available(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, tokens: u64) {
+        self.update(|state, now| state.refund(tokens, now));
+    }
+
+    /// Closes the bucket for good: every queued and later `take` and `wait` returns
+    /// [`TakeError::Closed`], and `try_take` returns [`TryTakeError::Closed`]. Closing
+    /// twice does nothing more.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket, TryTakeError};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 10)?;
+    /// bucket.close();
+    /// assert!(bucket.is_closed());
+    /// assert_eq!(bucket.try_take(1), Err(TryTakeError::Closed));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn close(&self) {
+        self.update(|state, _| state.close());
+    }
+
+    /// Whether [`close`](TokenBucket::close) was called.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 10)?;
+    /// assert!(!bucket.is_closed());
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().is_closed()
+    }
+
+    /// A snapshot of the bucket's state and counters.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 10)?;
+    /// bucket.try_take(4)?;
+    /// let stats = bucket.stats();
+    /// assert_eq!((stats.available, stats.taken, stats.queued), (6, 4, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.update(State::stats)
+    }
+
+    fn request(&self, kind: Kind, tokens: u64, deadline: u64) -> (TokenBucket, Request) {
+        let request = Request {
+            kind,
+            tokens,
+            deadline,
+        };
+        (self.clone(), request)
+    }
+
+    /// Runs `change` on the state at the current instant, then nudges the refill task if
+    /// the change made something due sooner than it planned for.
+    fn update<R>(&self, change: impl FnOnce(&mut State, u64) -> R) -> R {
+        let now = self.shared.clock.now();
+        let mut state = self.shared.lock();
+        let result = change(&mut state, now);
+        if state.refill_needs_nudge() {
+            self.shared.refill_signal.notify_one();
+        }
+        result
+    }
+
+    /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(..))` when queued.
+    pub(crate) fn begin(&self, request: Request) -> Result<Option<Queued>, TakeError> {
+        self.update(|state, now| {
+            if state.admit(request, now)? == Admission::Granted {
+                return Ok(None);
+            }
+            refill::ensure_running(&self.shared, state)?;
+            Ok(Some(state.enqueue(request)))
+        })
+    }
+
+    /// A queued request leaves early; see [`State::leave`].
+    pub(crate) fn leave(
+        &self,
+        id: WaiterId,
+        receiver: &mut oneshot::Receiver<Outcome>,
+        request: Request,
+        why: Leaving,
+    ) -> Option<Outcome> {
+        self.update(|state, now| state.leave(id, receiver, request, why, now))
+    }
+
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+}
+
+impl fmt::Debug for TokenBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stats = self.stats();
+        f.debug_struct("TokenBucket")
+            .field("rate", &stats.rate)
+            .field("capacity", &stats.capacity)
+            .field("available", &stats.available)
+            .field("queued", &stats.queued)
+            .field("closed", &stats.closed)
+            .finish()
+    }
+}

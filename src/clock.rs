@@ -1,0 +1,49 @@
+//! Time as the bucket counts it: whole nanoseconds since the bucket was made, read from
+//! tokio's clock so that paused time (`tokio::time::pause`) drives the bucket.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A nanosecond count that is never reached: "no deadline", "no token ever".
+/// `u64` nanoseconds last 584 years, so saturating at this value loses nothing real.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// The bucket's time origin.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Clock {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the origin, now. Works without a runtime (it then reads the
+    /// system's monotonic clock), so `try_take` can be called from any thread.
+    pub(crate) fn now(&self) -> u64 {
+        nanos(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    /// The instant `at` nanoseconds after the origin, or `None` for [`NEVER`] and
+    /// instants past what tokio can represent.
+    pub(crate) fn instant(&self, at: u64) -> Option<Instant> {
+        if at == NEVER {
+            return None;
+        }
+        self.origin.checked_add(Duration::from_nanos(at))
+    }
+
+    /// The deadline `timeout` from now; `NEVER` for `Duration::MAX` or anything that
+    /// would pass it.
+    pub(crate) fn deadline(&self, timeout: Duration) -> u64 {
+        self.now().saturating_add(nanos(timeout))
+    }
+}
+
+/// A duration in whole nanoseconds, saturating at [`NEVER`].
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
+}

@@ -1,0 +1,281 @@
+//! The futures returned by [`take`](crate::TokenBucket::take),
+//! [`wait`](crate::TokenBucket::wait) and their timeout forms.
+//!
+//! All four share one state machine, [`Acquire`]: on the first poll the request is served
+//! at once, refused at once, or queued with the receiving half of a oneshot channel;
+//! later polls read that channel. The timeout forms add a tokio timer for the deadline.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures::future::FusedFuture;
+use pin_project::pin_project;
+use tokio::sync::oneshot;
+use tokio::time::{sleep_until, Sleep};
+
+use crate::bucket::TokenBucket;
+use crate::error::TakeError;
+use crate::queue::{Outcome, Request, WaiterId};
+use crate::state::Leaving;
+
+/// Where a request stands.
+enum Phase {
+    /// Not polled yet: not in the queue.
+    Idle,
+    /// In the queue, waiting for its outcome.
+    Queued {
+        id: WaiterId,
+        receiver: oneshot::Receiver<Outcome>,
+    },
+    /// Completed; further polls return `Pending`, as a fused future does.
+    Done,
+}
+
+/// The state machine behind the four public futures.
+struct Acquire {
+    bucket: TokenBucket,
+    request: Request,
+    phase: Phase,
+}
+
+impl Acquire {
+    fn new((bucket, request): (TokenBucket, Request)) -> Acquire {
+        Acquire {
+            bucket,
+            request,
+            phase: Phase::Idle,
+        }
+    }
+
+    fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
+        if let Phase::Idle = self.phase {
+            match self.bucket.begin(self.request) {
+                Ok(None) => return self.finish(Ok(())),
+                Ok(Some((id, receiver))) => self.phase = Phase::Queued { id, receiver },
+                Err(error) => return self.finish(Err(error)),
+            }
+        }
+        let Phase::Queued { receiver, .. } = &mut self.phase else {
+            return Poll::Pending;
+        };
+        // The sender is only dropped unsent by this future's own `leave`, or when the
+        // bucket itself is gone, which a live handle rules out: read that as closed.
+        let outcome = ready!(Pin::new(receiver).poll(cx)).unwrap_or(Outcome::Closed);
+        self.finish(result_of(outcome))
+    }
+
+    /// The deadline passed: leave the queue, unless the tokens came in time.
+    fn expire(&mut self) -> Poll<Result<(), TakeError>> {
+        let Phase::Queued { id, receiver } = &mut self.phase else {
+            return Poll::Pending;
+        };
+        let outcome = self
+            .bucket
+            .leave(*id, receiver, self.request, Leaving::DeadlinePassed);
+        self.finish(outcome.map_or(Err(TakeError::Timeout), result_of))
+    }
+
+    fn finish(&mut self, result: Result<(), TakeError>) -> Poll<Result<(), TakeError>> {
+        self.phase = Phase::Done;
+        Poll::Ready(result)
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        if let Phase::Queued { id, receiver } = &mut self.phase {
+            self.bucket
+                .leave(*id, receiver, self.request, Leaving::Dropped);
+        }
+    }
+}
+
+impl fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match self.phase {
+            Phase::Idle => "idle",
+            Phase::Queued { .. } => "queued",
+            Phase::Done => "done",
+        };
+        f.debug_struct("Acquire")
+            .field("tokens", &self.request.tokens)
+            .field("phase", &phase)
+            .finish()
+    }
+}
+
+fn result_of(outcome: Outcome) -> Result<(), TakeError> {
+    match outcome {
+        Outcome::Granted => Ok(()),
+        Outcome::TimedOut => Err(TakeError::Timeout),
+        Outcome::Closed => Err(TakeError::Closed),
+        Outcome::ExceedsCapacity {
+            requested,
+            capacity,
+        } => Err(TakeError::ExceedsCapacity {
+            requested,
+            capacity,
+        }),
+    }
+}
+
+/// [`Acquire`] with a timer for the request's deadline, started only once it queues.
+#[pin_project]
+#[derive(Debug)]
+struct Timed {
+    acquire: Acquire,
+    #[pin]
+    timer: Option<Sleep>,
+}
+
+impl Timed {
+    fn new(request: (TokenBucket, Request)) -> Timed {
+        Timed {
+            acquire: Acquire::new(request),
+            timer: None,
+        }
+    }
+
+    fn poll_timed(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
+        let mut this = self.project();
+        if let Poll::Ready(result) = this.acquire.poll_acquire(cx) {
+            return Poll::Ready(result);
+        }
+        if this.timer.is_none() {
+            let bucket = &this.acquire.bucket;
+            let Some(deadline) = bucket.clock().instant(this.acquire.request.deadline) else {
+                return Poll::Pending;
+            };
+            this.timer.set(Some(sleep_until(deadline)));
+        }
+        if let Some(timer) = this.timer.as_pin_mut() {
+            ready!(timer.poll(cx));
+        }
+        this.acquire.expire()
+    }
+}
+
+/// Implements `Future` and `FusedFuture` for a public future wrapping `Acquire` or `Timed`.
+macro_rules! request_future {
+    ($name:ident, Acquire) => {
+        impl Future for $name {
+            type Output = Result<(), TakeError>;
+
+            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                self.inner.poll_acquire(cx)
+            }
+        }
+
+        impl FusedFuture for $name {
+            fn is_terminated(&self) -> bool {
+                self.inner.is_done()
+            }
+        }
+
+        impl $name {
+            pub(crate) fn new(request: (TokenBucket, Request)) -> $name {
+                $name {
+                    inner: Acquire::new(request),
+                }
+            }
+        }
+    };
+    ($name:ident, Timed) => {
+        impl Future for $name {
+            type Output = Result<(), TakeError>;
+
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                self.project().inner.poll_timed(cx)
+            }
+        }
+
+        impl FusedFuture for $name {
+            fn is_terminated(&self) -> bool {
+                self.inner.acquire.is_done()
+            }
+        }
+
+        impl $name {
+            pub(crate) fn new(request: (TokenBucket, Request)) -> $name {
+                $name {
+                    inner: Timed::new(request),
+                }
+            }
+        }
+    };
+}
+
+/// The future of [`TokenBucket::take`]: resolves once its tokens are taken.
+///
+/// It owns a handle to the bucket, so it is `Send + 'static` and can be stored or spawned.
+/// It takes its place in the queue on the first poll. After completing it implements
+/// [`FusedFuture`]: further polls return `Pending`.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it at any point takes no tokens and never blocks the queue.
+/// Tokens granted to it but not yet seen go back to the bucket.
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+#[derive(Debug)]
+pub struct Take {
+    inner: Acquire,
+}
+request_future!(Take, Acquire);
+
+/// The future of [`TokenBucket::wait`]: resolves once its tokens are in the bucket, taking
+/// none.
+///
+/// It owns a handle to the bucket, so it is `Send + 'static`. It takes its place in the
+/// queue on the first poll, and is a [`FusedFuture`].
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it at any point never blocks the queue.
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+#[derive(Debug)]
+pub struct Wait {
+    inner: Acquire,
+}
+request_future!(Wait, Acquire);
+
+/// The future of [`TokenBucket::take_timeout`]: as [`Take`], but gives up at its deadline.
+///
+/// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
+/// `Unpin` (pin it with `std::pin::pin!` or `Box::pin` to poll it by hand).
+///
+/// # Cancel safety
+///
+/// Cancel safe, as [`Take`]. Timing out leaves the queue at the deadline's instant without
+/// blocking those behind and takes no tokens.
+#[pin_project]
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+#[derive(Debug)]
+pub struct TakeTimeout {
+    #[pin]
+    inner: Timed,
+}
+request_future!(TakeTimeout, Timed);
+
+/// The future of [`TokenBucket::wait_timeout`]: as [`Wait`], but gives up at its
+/// deadline.
+///
+/// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
+/// `Unpin`.
+///
+/// # Cancel safety
+///
+/// Cancel safe, as [`Wait`].
+#[pin_project]
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+#[derive(Debug)]
+pub struct WaitTimeout {
+    #[pin]
+    inner: Timed,
+}
+request_future!(WaitTimeout, Timed);

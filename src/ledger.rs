@@ -1,0 +1,211 @@
+//! The exact token arithmetic: how many tokens a bucket holds at any nanosecond.
+//!
+//! A token is split into `period_nanos` parts; every nanosecond adds `amount` parts. The
+//! ledger keeps whole tokens and the parts of the next token (the *fraction*) apart, so
+//! both stay integers: no rounding, no floating point, and a bucket observed every
+//! nanosecond holds exactly what one observed once a year holds.
+//!
+//! The ledger never caps itself at the capacity: the caller decides when to (see
+//! `State::serve`), because capping between two observations would throw away tokens that
+//! a waiter was scheduled to take.
+
+use crate::clock::NEVER;
+use crate::rate::Rate;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ledger {
+    /// Whole tokens held at `last`.
+    tokens: u64,
+    /// Parts of the next token, in units of `1 / rate.period_nanos()`; always below one token.
+    fraction: u128,
+    /// The nanosecond (since the clock's origin) the ledger is accurate at.
+    last: u64,
+}
+
+impl Ledger {
+    pub(crate) fn new(tokens: u64, now: u64) -> Ledger {
+        Ledger {
+            tokens,
+            fraction: 0,
+            last: now,
+        }
+    }
+
+    /// Whole tokens held at [`last`](Ledger::last).
+    pub(crate) fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The instant the ledger is accurate at; never moves backwards.
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Adds what `rate` accrues from `last` to `now`. An earlier `now` changes nothing.
+    pub(crate) fn advance(&mut self, now: u64, rate: Rate) {
+        let Some(elapsed) = now.checked_sub(self.last) else {
+            return;
+        };
+        let period = rate.period_nanos();
+        // Both factors are below 2^64, so the product fits in 128 bits.
+        let parts = u128::from(elapsed) * u128::from(rate.amount());
+        let mut whole = parts / period;
+        self.fraction += parts % period;
+        if self.fraction >= period {
+            self.fraction -= period;
+            whole += 1;
+        }
+        self.tokens = self
+            .tokens
+            .saturating_add(u64::try_from(whole).unwrap_or(u64::MAX));
+        self.last = now;
+    }
+
+    /// The first nanosecond at which the ledger holds `need` whole tokens, or [`NEVER`].
+    pub(crate) fn ready_at(&self, need: u64, rate: Rate) -> u64 {
+        self.last.saturating_add(self.time_until(need, rate))
+    }
+
+    /// Nanoseconds from `last` until `need` whole tokens are held (rounded up, so never
+    /// early), or [`NEVER`].
+    pub(crate) fn time_until(&self, need: u64, rate: Rate) -> u64 {
+        let Some(missing) = need.checked_sub(self.tokens).filter(|&n| n > 0) else {
+            return 0;
+        };
+        let Some(parts) = u128::from(missing).checked_mul(rate.period_nanos()) else {
+            return NEVER;
+        };
+        let parts = parts - self.fraction;
+        let amount = u128::from(rate.amount());
+        let nanos = parts / amount + u128::from(parts % amount != 0);
+        u64::try_from(nanos).unwrap_or(NEVER)
+    }
+
+    /// Removes `tokens`; the caller has checked they are held.
+    pub(crate) fn take(&mut self, tokens: u64) {
+        debug_assert!(tokens <= self.tokens);
+        self.tokens -= tokens;
+    }
+
+    /// Adds `tokens` given back; the caller caps afterwards if it must.
+    pub(crate) fn give_back(&mut self, tokens: u64) {
+        self.tokens = self.tokens.saturating_add(tokens);
+    }
+
+    /// Drops whatever is above `capacity`, the fraction included once the bucket is full.
+    pub(crate) fn cap(&mut self, capacity: u64) {
+        if self.tokens >= capacity {
+            self.tokens = capacity;
+            self.fraction = 0;
+        }
+    }
+
+    /// Re-expresses the fraction of a token in the units of a new rate. The fraction is
+    /// rounded down to the new unit, so a rate change can lose less than one
+    /// `1/period_nanos` of a token and never invents one.
+    pub(crate) fn change_rate(&mut self, old: Rate, new: Rate) {
+        self.fraction = self
+            .fraction
+            .checked_mul(new.period_nanos())
+            .map_or(0, |scaled| scaled / old.period_nanos());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn carries_fractions_exactly() {
+        let rate = Rate::per_second(3);
+        let mut ledger = Ledger::new(0, 0);
+        ledger.advance(SECOND / 3, rate);
+        assert_eq!(ledger.tokens(), 0, "1e9/3 ns is a hair short of one token");
+        ledger.advance(SECOND / 3 + 1, rate);
+        assert_eq!(ledger.tokens(), 1);
+        ledger.advance(SECOND, rate);
+        assert_eq!(ledger.tokens(), 3);
+        assert_eq!(ledger.fraction, 0);
+    }
+
+    #[test]
+    fn a_simulated_year_neither_gains_nor_loses_a_token() {
+        let year = 365 * 24 * 3600 * SECOND;
+        for rate in [
+            Rate::per_second(3),
+            Rate::new(7, Duration::from_nanos(999_999_937)),
+            Rate::new(1_000_003, Duration::from_millis(17)),
+        ] {
+            let mut stepped = Ledger::new(0, 0);
+            // Irregular steps of up to two hours, to the odd nanosecond, as a bucket is
+            // observed at arbitrary instants.
+            let mut now = 0u64;
+            let mut step = 1u64;
+            while now < year {
+                now = (now + step).min(year);
+                stepped.advance(now, rate);
+                step = (step * 7_919 + 12_345_678_901) % 7_200_000_000_007;
+            }
+            let mut once = Ledger::new(0, 0);
+            once.advance(year, rate);
+            assert_eq!(stepped, once, "{rate}");
+            let exact = u128::from(year) * u128::from(rate.amount()) / rate.period_nanos();
+            assert_eq!(u128::from(once.tokens()), exact, "{rate}");
+        }
+    }
+
+    #[test]
+    fn ready_at_is_the_first_nanosecond_with_enough_tokens() {
+        for rate in [
+            Rate::per_second(3),
+            Rate::new(5, Duration::from_millis(250)),
+            Rate::new(u64::MAX, Duration::from_nanos(1)),
+            Rate::new(13, Duration::from_nanos(7)),
+        ] {
+            for need in [1, 2, 5, 1000] {
+                let mut ledger = Ledger::new(0, 12_345);
+                ledger.advance(12_345 + 999, rate);
+                let at = ledger.ready_at(need, rate);
+                let mut before = ledger.clone();
+                before.advance(at - 1, rate);
+                let mut after = ledger.clone();
+                after.advance(at, rate);
+                assert!(
+                    before.tokens() < need || at == ledger.last(),
+                    "{rate} {need}"
+                );
+                assert!(after.tokens() >= need, "{rate} {need}");
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_rates_do_not_overflow() {
+        let slowest = Rate::new(1, Duration::MAX);
+        let mut ledger = Ledger::new(0, 0);
+        ledger.advance(u64::MAX, slowest);
+        assert_eq!(ledger.tokens(), 0);
+        assert_eq!(ledger.time_until(u64::MAX, slowest), NEVER);
+
+        let fastest = Rate::new(u64::MAX, Duration::from_nanos(1));
+        let mut ledger = Ledger::new(0, 0);
+        ledger.advance(u64::MAX, fastest);
+        assert_eq!(ledger.tokens(), u64::MAX);
+        ledger.cap(10);
+        assert_eq!(ledger.tokens(), 10);
+    }
+
+    #[test]
+    fn a_rate_change_keeps_the_fraction_rounded_down() {
+        let mut ledger = Ledger::new(0, 0);
+        ledger.advance(SECOND / 2, Rate::per_second(1));
+        ledger.change_rate(Rate::per_second(1), Rate::new(1, Duration::from_secs(2)));
+        // Half a token is 1e9 parts of 2e9 in the new unit: one more second finishes it.
+        ledger.advance(SECOND / 2 + SECOND, Rate::new(1, Duration::from_secs(2)));
+        assert_eq!(ledger.tokens(), 1);
+        assert_eq!(ledger.fraction, 0);
+    }
+}

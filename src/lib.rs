@@ -1,0 +1,74 @@
+//! An async token bucket for tokio: exact to the token, fair (first in, first out),
+//! cancel safe, and deterministic under tokio's paused clock.
+//!
+//! ```
+//! use token_bucket::{Rate, TokenBucket};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let bucket = TokenBucket::new("100/s".parse::<Rate>()?, 10)?;
+//! bucket.take(1).await?; // waits its turn if it must
+//! bucket.try_take(1)?; // never waits
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The algorithm
+//!
+//! A bucket holds up to `capacity` tokens and gains them continuously at its [`Rate`].
+//! A request for `n` tokens is served when `n` are there, and takes them.
+//!
+//! **Exact accounting.** Nothing ticks. The bucket computes what it holds from the time
+//! elapsed on tokio's clock, in integers: whole tokens plus a fraction of the next one,
+//! counted in parts of `1 / period` nanoseconds, so remainders are carried and never
+//! rounded away. A bucket observed every nanosecond holds exactly what one observed once
+//! a year holds.
+//!
+//! **A strict FIFO queue.** Requests that cannot be served at once queue in order; each
+//! queued request holds the sending half of a oneshot channel. A large request at the
+//! head is served before any smaller one behind it, so it is never starved, and
+//! [`try_take`](TokenBucket::try_take) never jumps the queue.
+//!
+//! **Grants follow the schedule, not the timer.** Whenever the bucket is touched, it
+//! replays the schedule since it was last touched: the head is granted at the exact
+//! nanosecond its tokens accrued, then the next, and so on. A waiter woken late by the
+//! timer (tokio's has 1 ms granularity) does not push back the ones after it, so a bucket
+//! delivers its rate at any speed, and under `#[tokio::test(start_paused = true)]` every
+//! grant happens at its computed instant.
+//!
+//! **One refill task per bucket.** When nobody else touches the bucket, a tokio task,
+//! spawned when the first request queues, sleeps until the head's tokens accrue and
+//! serves it. It sleeps without waking while nobody waits, and ends when the bucket is
+//! closed or its last handle dropped.
+//!
+//! **Cancel safety.** Dropping a waiting future, or letting its timeout pass, makes its
+//! queue entry a tombstone in O(1): it takes no tokens and blocks nobody behind it.
+//! Tokens granted to a future dropped before it saw them go back to the bucket.
+//!
+//! # Errors, not panics
+//!
+//! Bad input gets an error naming the values: [`ConfigError`] for a zero rate or
+//! capacity, [`TryTakeError`] and [`TakeError`] for requests larger than the capacity,
+//! [`ParseRateError`] for rate text that does not parse.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+
+mod bucket;
+mod builder;
+mod clock;
+mod error;
+mod future;
+mod ledger;
+mod queue;
+mod rate;
+mod refill;
+mod state;
+mod stats;
+
+pub use bucket::TokenBucket;
+pub use builder::Builder;
+pub use error::{ConfigError, TakeError, TryTakeError};
+pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use rate::{ParseRateError, Rate};
+pub use stats::Stats;

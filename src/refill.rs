@@ -1,0 +1,83 @@
+//! The refill task: one tokio task per bucket that serves the queue when nobody else
+//! touches the bucket.
+//!
+//! It sleeps until the next instant something is due (the head's tokens accrue or its
+//! deadline passes), serves, and plans again. A change that makes something due sooner
+//! (a new head, a higher rate, a refund, a waiter that gave up) nudges it through a
+//! [`Notify`]. With nobody queued it sleeps on the `Notify` alone: an idle bucket costs
+//! no CPU. It holds the bucket only weakly, so it ends when the last handle is dropped,
+//! and it ends when the bucket is closed.
+
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use futures::future::{select, Either};
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::bucket::Shared;
+use crate::error::TakeError;
+use crate::state::State;
+
+/// Makes sure a refill task runs for `shared` before a waiter queues on it, starting one
+/// on the current runtime if there is none (or its runtime shut down).
+pub(crate) fn ensure_running(shared: &Arc<Shared>, state: &mut State) -> Result<(), TakeError> {
+    if shared.refill_running.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let runtime = Handle::try_current().map_err(|_| TakeError::NoRuntime)?;
+    // Set before spawning: a runtime that is shutting down drops the task inside
+    // `spawn`, and its guard must be able to clear the flag again.
+    shared.refill_running.store(true, Ordering::Release);
+    state.refill_started();
+    let guard = RunningGuard(Arc::downgrade(shared));
+    runtime.spawn(run(guard, Arc::clone(&shared.refill_signal)));
+    Ok(())
+}
+
+/// Clears the bucket's "refill task running" flag when the task ends or is dropped by a
+/// runtime shutting down, so the next waiter starts a new one. Deliberately lock-free:
+/// it may be dropped while the bucket's lock is held (see [`ensure_running`]).
+struct RunningGuard(Weak<Shared>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.refill_running.store(false, Ordering::Release);
+        }
+    }
+}
+
+async fn run(guard: RunningGuard, signal: Arc<Notify>) {
+    let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
+    loop {
+        let Some(wake_at) = serve_and_plan(&guard.0) else {
+            return;
+        };
+        let nudged = signal.notified();
+        match wake_at {
+            Some(instant) => {
+                sleep.as_mut().reset(instant);
+                // Either the due instant came or the plan changed: serve again.
+                let _: Either<_, _> = select(sleep.as_mut(), pin!(nudged)).await;
+            }
+            None => nudged.await,
+        }
+    }
+}
+
+/// Serves the queue now and returns when to wake next (`Some(None)`: only when nudged),
+/// or `None` when the task should end.
+fn serve_and_plan(bucket: &Weak<Shared>) -> Option<Option<Instant>> {
+    let shared = bucket.upgrade()?;
+    let now = shared.clock.now();
+    let mut state = shared.lock();
+    if state.is_closed() {
+        return None;
+    }
+    state.serve(now);
+    let due = state.plan_refill();
+    Some(shared.clock.instant(due))
+}

@@ -1,0 +1,365 @@
+//! The bucket's state behind its lock, and [`State::serve`], the one routine that moves it
+//! forward in time.
+//!
+//! Every operation first calls `serve(now)`, which replays what happened since the last
+//! observation *on the schedule*: each waiter at the head is granted at the exact
+//! nanosecond its tokens accrued (or dropped at the exact nanosecond its deadline passed),
+//! in order, however late the observation comes. The refill task is only the observer of
+//! last resort, waking when nobody else touches the bucket.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::clock::NEVER;
+use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::ledger::Ledger;
+use crate::queue::{Outcome, Request, WaiterId, WaiterQueue};
+use crate::rate::Rate;
+use crate::stats::Stats;
+
+/// What the bucket's settings are when it is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) rate: Rate,
+    pub(crate) capacity: u64,
+    pub(crate) initial: u64,
+    pub(crate) queue_limit: u64,
+}
+
+impl Settings {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        check_rate(self.rate)?;
+        check_capacity(self.capacity)?;
+        if self.initial > self.capacity {
+            return Err(ConfigError::InitialExceedsCapacity {
+                initial: self.initial,
+                capacity: self.capacity,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_rate(rate: Rate) -> Result<(), ConfigError> {
+    if rate.is_zero() {
+        return Err(ConfigError::ZeroRate);
+    }
+    Ok(())
+}
+
+fn check_capacity(capacity: u64) -> Result<(), ConfigError> {
+    if capacity == 0 {
+        return Err(ConfigError::ZeroCapacity);
+    }
+    Ok(())
+}
+
+/// What [`State::admit`] decided about a request on its first poll.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Served at once, without queueing.
+    Granted,
+    /// It has to queue.
+    MustWait,
+}
+
+/// Why a queued waiter leaves the queue early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leaving {
+    /// Its future was dropped: a grant it never read goes back to the bucket.
+    Dropped,
+    /// Its deadline passed.
+    DeadlinePassed,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    taken: u64,
+    refunded: u64,
+    denied: u64,
+    timed_out: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    rate: Rate,
+    capacity: u64,
+    queue_limit: u64,
+    ledger: Ledger,
+    queue: WaiterQueue,
+    closed: bool,
+    counters: Counters,
+    /// The instant the refill task (if one runs) will next wake at.
+    refill_wake: u64,
+}
+
+impl State {
+    pub(crate) fn new(settings: Settings, now: u64) -> State {
+        State {
+            rate: settings.rate,
+            capacity: settings.capacity,
+            queue_limit: settings.queue_limit,
+            ledger: Ledger::new(settings.initial, now),
+            queue: WaiterQueue::default(),
+            closed: false,
+            counters: Counters::default(),
+            refill_wake: NEVER,
+        }
+    }
+
+    pub(crate) fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Brings the bucket up to `now`: grants every waiter whose tokens accrued by then and
+    /// expires every waiter whose deadline passed first, each at its own instant, in
+    /// order. Returns `now`, or the ledger's time if a racing caller already went past it.
+    pub(crate) fn serve(&mut self, now: u64) -> u64 {
+        let now = now.max(self.ledger.last());
+        while let Some(head) = self.queue.head() {
+            let ready_at = self.ledger.ready_at(head.tokens, self.rate);
+            if head.deadline < ready_at {
+                if head.deadline > now {
+                    break;
+                }
+                // Those behind it could not be served while it stood in front of them.
+                self.ledger.advance(head.deadline, self.rate);
+                self.counters.timed_out += 1;
+                self.queue.finish_head(Outcome::TimedOut);
+                continue;
+            }
+            if ready_at > now {
+                break;
+            }
+            self.ledger.advance(ready_at, self.rate);
+            let consumed = head.consumes();
+            self.ledger.take(consumed);
+            if self.queue.finish_head(Outcome::Granted) {
+                self.counters.taken = self.counters.taken.saturating_add(consumed);
+            } else {
+                self.ledger.give_back(consumed);
+            }
+        }
+        self.ledger.advance(now, self.rate);
+        // While waiters queue the head always needs more than is held, so the cap can
+        // only bite once the queue is empty; capping earlier would drop scheduled tokens.
+        if self.queue.is_empty() {
+            self.ledger.cap(self.capacity);
+        }
+        now
+    }
+
+    /// Whole tokens held at `now`.
+    pub(crate) fn available(&mut self, now: u64) -> u64 {
+        self.serve(now);
+        self.ledger.tokens()
+    }
+
+    pub(crate) fn try_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
+        self.serve(now);
+        let result = if self.closed {
+            Err(TryTakeError::Closed)
+        } else if tokens > self.capacity {
+            Err(TryTakeError::ExceedsCapacity {
+                requested: tokens,
+                capacity: self.capacity,
+            })
+        } else if self.queue.is_empty() && self.ledger.tokens() >= tokens {
+            self.ledger.take(tokens);
+            self.counters.taken = self.counters.taken.saturating_add(tokens);
+            Ok(())
+        } else {
+            let needed = self.queue.tokens_ahead_of(tokens);
+            let wait = self.ledger.time_until(needed, self.rate);
+            Err(TryTakeError::Insufficient {
+                retry_after: Duration::from_nanos(wait),
+            })
+        };
+        if result.is_err() {
+            self.counters.denied += 1;
+        }
+        result
+    }
+
+    /// Decides a request on its first poll: served now, refused now, or it must queue.
+    pub(crate) fn admit(&mut self, request: Request, now: u64) -> Result<Admission, TakeError> {
+        self.serve(now);
+        if self.closed {
+            return Err(TakeError::Closed);
+        }
+        if request.tokens > self.capacity {
+            return Err(TakeError::ExceedsCapacity {
+                requested: request.tokens,
+                capacity: self.capacity,
+            });
+        }
+        if self.queue.is_empty() && self.ledger.tokens() >= request.tokens {
+            let consumed = request.consumes();
+            self.ledger.take(consumed);
+            self.counters.taken = self.counters.taken.saturating_add(consumed);
+            return Ok(Admission::Granted);
+        }
+        // Even if every waiter ahead gave up, the tokens would come too late.
+        if self.ledger.ready_at(request.tokens, self.rate) > request.deadline {
+            self.counters.timed_out += 1;
+            return Err(TakeError::Timeout);
+        }
+        let queued = self.queue.tokens();
+        if queued
+            .checked_add(request.tokens)
+            .map_or(true, |total| total > self.queue_limit)
+        {
+            return Err(TakeError::QueueFull {
+                queued,
+                limit: self.queue_limit,
+            });
+        }
+        Ok(Admission::MustWait)
+    }
+
+    /// Queues a request [`admit`](State::admit) said must wait.
+    pub(crate) fn enqueue(&mut self, request: Request) -> (WaiterId, oneshot::Receiver<Outcome>) {
+        self.queue.push(request)
+    }
+
+    /// Takes a queued waiter out of the queue early. Returns the outcome it had already
+    /// been sent, if any; when it had been granted tokens and is `Dropped`, they go back.
+    pub(crate) fn leave(
+        &mut self,
+        id: WaiterId,
+        receiver: &mut oneshot::Receiver<Outcome>,
+        request: Request,
+        why: Leaving,
+        now: u64,
+    ) -> Option<Outcome> {
+        let now = self.serve(now);
+        match receiver.try_recv() {
+            Ok(outcome) => {
+                if why == Leaving::Dropped && outcome == Outcome::Granted {
+                    let consumed = request.consumes();
+                    self.counters.taken = self.counters.taken.saturating_sub(consumed);
+                    self.put_back(consumed, now);
+                }
+                Some(outcome)
+            }
+            Err(_) => {
+                if self.queue.abandon(id) {
+                    if why == Leaving::DeadlinePassed {
+                        self.counters.timed_out += 1;
+                    }
+                    // It may have been the head that held the others back.
+                    self.serve(now);
+                }
+                None
+            }
+        }
+    }
+
+    pub(crate) fn refund(&mut self, tokens: u64, now: u64) {
+        let now = self.serve(now);
+        if self.closed {
+            return;
+        }
+        self.counters.refunded = self.counters.refunded.saturating_add(tokens);
+        self.put_back(tokens, now);
+    }
+
+    /// Adds tokens and serves whoever they complete; the cap applies once nobody waits.
+    fn put_back(&mut self, tokens: u64, now: u64) {
+        self.ledger.give_back(tokens);
+        self.serve(now);
+    }
+
+    pub(crate) fn set_rate(&mut self, rate: Rate, now: u64) -> Result<(), ConfigError> {
+        check_rate(rate)?;
+        // Everything up to now accrued at the old rate.
+        self.serve(now);
+        self.ledger.change_rate(self.rate, rate);
+        self.rate = rate;
+        Ok(())
+    }
+
+    pub(crate) fn set_capacity(&mut self, capacity: u64, now: u64) -> Result<(), ConfigError> {
+        check_capacity(capacity)?;
+        let now = self.serve(now);
+        self.capacity = capacity;
+        self.queue.finish_where(|request| {
+            (request.tokens > capacity).then_some(Outcome::ExceedsCapacity {
+                requested: request.tokens,
+                capacity,
+            })
+        });
+        self.ledger.cap(capacity);
+        // A waiter that left may have held smaller ones back.
+        self.serve(now);
+        Ok(())
+    }
+
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+        self.queue.finish_where(|_| Some(Outcome::Closed));
+    }
+
+    pub(crate) fn stats(&mut self, now: u64) -> Stats {
+        self.serve(now);
+        Stats {
+            available: self.ledger.tokens(),
+            capacity: self.capacity,
+            rate: self.rate,
+            queued: self.queue.len(),
+            queued_tokens: self.queue.tokens(),
+            taken: self.counters.taken,
+            refunded: self.counters.refunded,
+            denied: self.counters.denied,
+            timed_out: self.counters.timed_out,
+            closed: self.closed,
+        }
+    }
+
+    /// The next instant something is due: the head's tokens accrue or its deadline
+    /// passes. `NEVER` while nobody waits.
+    pub(crate) fn next_due(&mut self) -> u64 {
+        match self.queue.head() {
+            Some(head) => self
+                .ledger
+                .ready_at(head.tokens, self.rate)
+                .min(head.deadline),
+            None => NEVER,
+        }
+    }
+
+    /// Records that a new refill task runs; it plans its own first wake-up.
+    pub(crate) fn refill_started(&mut self) {
+        self.refill_wake = 0;
+    }
+
+    /// The refill task calls this after serving: the instant it will sleep until.
+    pub(crate) fn plan_refill(&mut self) -> u64 {
+        self.refill_wake = self.next_due();
+        self.refill_wake
+    }
+
+    /// After a change, whether the refill task sleeps past what is now due (or must see
+    /// that the bucket closed) and so needs a nudge to plan again.
+    pub(crate) fn refill_needs_nudge(&mut self) -> bool {
+        let due = if self.closed { 0 } else { self.next_due() };
+        if due < self.refill_wake {
+            self.refill_wake = due;
+            return true;
+        }
+        false
+    }
+}
