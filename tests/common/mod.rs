@@ -1,0 +1,64 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// tokio's timer fires on whole milliseconds: an event due at T is seen in [T, T + 1 ms].
+pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
+
+/// Asserts that `event` happened at `due` after `start`, never before and at most the
+/// timer's granularity after.
+#[track_caller]
+pub fn assert_at(start: Instant, event: Instant, due: Duration) {
+    let elapsed = event.duration_since(start);
+    assert!(
+        elapsed >= due && elapsed <= due + TIMER_GRANULARITY,
+        "expected at {due:?} (+1 ms at most), happened at {elapsed:?}"
+    );
+}
+
+/// Asserts that now is `due` after `start` (see [`assert_at`]).
+#[track_caller]
+pub fn assert_now(start: Instant, due: Duration) {
+    assert_at(start, Instant::now(), due);
+}
+
+pub fn ms(millis: u64) -> Duration {
+    Duration::from_millis(millis)
+}
+
+pub fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+/// Yields until `done` holds, so that spawned tasks get to run (and queue); fails rather
+/// than hanging if it never does.
+pub async fn yield_until(mut done: impl FnMut() -> bool) {
+    for _ in 0..100_000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("condition never held");
+}
+
+/// A bucket holding `initial` tokens.
+pub fn bucket_with(
+    rate: token_bucket::Rate,
+    capacity: u64,
+    initial: u64,
+) -> token_bucket::TokenBucket {
+    token_bucket::TokenBucket::builder()
+        .rate(rate)
+        .capacity(capacity)
+        .initial(initial)
+        .build()
+        .unwrap()
+}
+
+/// A bucket that starts empty.
+pub fn empty_bucket(rate: token_bucket::Rate, capacity: u64) -> token_bucket::TokenBucket {
+    bucket_with(rate, capacity, 0)
+}
