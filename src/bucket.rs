@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::sync::{oneshot, Notify};
 
 use crate::builder::Builder;
@@ -481,6 +482,11 @@ impl TokenBucket {
         self.update(|state, now| {
             if state.admit(request, now)? == Admission::Granted {
                 return Ok(None);
+            }
+            // A deadline needs the runtime's timer, even when a refill task already runs
+            // (started from another runtime).
+            if request.deadline != NEVER && Handle::try_current().is_err() {
+                return Err(TakeError::NoRuntime);
             }
             refill::ensure_running(&self.shared, state)?;
             Ok(Some(state.enqueue(request)))

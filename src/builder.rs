@@ -31,18 +31,39 @@ pub struct Builder {
 
 impl Builder {
     /// The rate tokens are gained at. Required.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder().rate("20/s".parse::<Rate>()?).build()?;
+    /// assert_eq!(bucket.rate(), Rate::per_second(20));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn rate(mut self, rate: Rate) -> Builder {
         self.rate = Some(rate);
         self
     }
 
     /// The most tokens the bucket holds: the largest burst. Defaults to the rate's amount.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(20)).capacity(1).build()?;
+    /// assert_eq!(bucket.capacity(), 1);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
     pub fn capacity(mut self, capacity: u64) -> Builder {
         self.capacity = Some(capacity);
         self
     }
 
     /// The tokens the bucket starts with. Defaults to the capacity (full).
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(20)).initial(3).build()?;
+    /// assert_eq!(bucket.available(), 3);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
     pub fn initial(mut self, initial: u64) -> Builder {
         self.initial = Some(initial);
         self
@@ -52,6 +73,16 @@ impl Builder {
     /// would pass it fails at once with [`TakeError::QueueFull`](crate::TakeError::QueueFull),
     /// so memory stays bounded under overload. Zero means nothing may queue. Unlimited by
     /// default.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TakeError, TokenBucket};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(1)).initial(0).queue_limit(0).build()?;
+    /// assert_eq!(bucket.take(1).await, Err(TakeError::QueueFull { queued: 0, limit: 0 }));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn queue_limit(mut self, tokens: u64) -> Builder {
         self.queue_limit = Some(tokens);
         self

@@ -147,6 +147,9 @@ impl Timed {
         if let Poll::Ready(result) = this.acquire.poll_acquire(cx) {
             return Poll::Ready(result);
         }
+        if this.acquire.is_done() {
+            return Poll::Pending;
+        }
         if this.timer.is_none() {
             let bucket = &this.acquire.bucket;
             let Some(deadline) = bucket.clock().instant(this.acquire.request.deadline) else {
@@ -221,6 +224,23 @@ macro_rules! request_future {
 ///
 /// Cancel safe: dropping it at any point takes no tokens and never blocks the queue.
 /// Tokens granted to it but not yet seen go back to the bucket.
+///
+/// ```
+/// use token_bucket::{Rate, Take, TokenBucket};
+///
+/// // A named future can be stored in a struct without boxing.
+/// struct Pending {
+///     permit: Take,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 1)?;
+/// let pending = Pending { permit: bucket.take(1) };
+/// pending.permit.await?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Take {
@@ -237,6 +257,19 @@ request_future!(Take, Acquire);
 /// # Cancel safety
 ///
 /// Cancel safe: dropping it at any point never blocks the queue.
+///
+/// ```
+/// use token_bucket::{Rate, TokenBucket, Wait};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 5)?;
+/// let ready: Wait = bucket.wait(5);
+/// ready.await?;
+/// assert_eq!(bucket.available(), 5);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Wait {
@@ -253,6 +286,19 @@ request_future!(Wait, Acquire);
 ///
 /// Cancel safe, as [`Take`]. Timing out leaves the queue at the deadline's instant without
 /// blocking those behind and takes no tokens.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{Rate, TakeTimeout, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 5)?;
+/// let permit: TakeTimeout = bucket.take_timeout(5, Duration::from_secs(1));
+/// permit.await?;
+/// # Ok(())
+/// # }
+/// ```
 #[pin_project]
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
@@ -271,6 +317,19 @@ request_future!(TakeTimeout, Timed);
 /// # Cancel safety
 ///
 /// Cancel safe, as [`Wait`].
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{Rate, TokenBucket, WaitTimeout};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 5)?;
+/// let ready: WaitTimeout = bucket.wait_timeout(5, Duration::from_secs(1));
+/// ready.await?;
+/// # Ok(())
+/// # }
+/// ```
 #[pin_project]
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
