@@ -72,3 +72,8 @@ pub use error::{ConfigError, TakeError, TryTakeError};
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use rate::{ParseRateError, Rate};
 pub use stats::Stats;
+
+/// The README's examples, compiled and run as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
