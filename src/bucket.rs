@@ -1,7 +1,7 @@
 //! [`TokenBucket`], the public handle, and the state its clones share.
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -398,7 +398,8 @@ impl TokenBucket {
 
     /// Gives `tokens` back, for work that was paid for but did not happen. The bucket never
     /// holds more than its capacity; waiters the tokens complete are served at once. Does
-    /// nothing on a closed bucket.
+    /// nothing on a closed bucket. [`Stats::refunded`] counts the tokens passed in, including
+    /// any the capacity then drops.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -415,8 +416,9 @@ impl TokenBucket {
     }
 
     /// Closes the bucket for good: every queued and later `take` and `wait` returns
-    /// [`TakeError::Closed`], and `try_take` returns [`TryTakeError::Closed`]. Closing
-    /// twice does nothing more.
+    /// [`TakeError::Closed`], and `try_take` returns [`TryTakeError::Closed`]. Waiters
+    /// whose tokens had accrued before the close are granted, as they would have been had
+    /// anyone looked. Closing twice does nothing more.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket, TryTakeError};
@@ -427,7 +429,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn close(&self) {
-        self.update(|state, _| state.close());
+        self.update(State::close);
     }
 
     /// Whether [`close`](TokenBucket::close) was called.
@@ -491,6 +493,17 @@ impl TokenBucket {
             refill::ensure_running(&self.shared, state)?;
             Ok(Some(state.enqueue(request)))
         })
+    }
+
+    /// Called by a queued waiter that is still pending: if the refill task died with its
+    /// runtime, start a new one here, so a waiter carried into another runtime is served.
+    pub(crate) fn keep_serving(&self) {
+        if self.shared.refill_running.load(Ordering::Acquire) {
+            return;
+        }
+        let mut state = self.shared.lock();
+        // Outside any runtime there is nobody to start it; the next poll inside one will.
+        let _ = refill::ensure_running(&self.shared, &mut state);
     }
 
     /// A queued request leaves early; see [`State::leave`].

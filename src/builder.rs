@@ -108,7 +108,7 @@ impl Builder {
             rate,
             capacity,
             initial: self.initial.unwrap_or(capacity),
-            queue_limit: self.queue_limit.unwrap_or(u64::MAX),
+            queue_limit: self.queue_limit,
         })
     }
 }

@@ -62,8 +62,11 @@ impl Acquire {
         };
         // The sender is only dropped unsent by this future's own `leave`, or when the
         // bucket itself is gone, which a live handle rules out: read that as closed.
-        let outcome = ready!(Pin::new(receiver).poll(cx)).unwrap_or(Outcome::Closed);
-        self.finish(result_of(outcome))
+        let Poll::Ready(outcome) = Pin::new(receiver).poll(cx) else {
+            self.bucket.keep_serving();
+            return Poll::Pending;
+        };
+        self.finish(result_of(outcome.unwrap_or(Outcome::Closed)))
     }
 
     /// The deadline passed: leave the queue, unless the tokens came in time.

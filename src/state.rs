@@ -24,7 +24,8 @@ pub(crate) struct Settings {
     pub(crate) rate: Rate,
     pub(crate) capacity: u64,
     pub(crate) initial: u64,
-    pub(crate) queue_limit: u64,
+    /// In tokens; `None` for no limit.
+    pub(crate) queue_limit: Option<u64>,
 }
 
 impl Settings {
@@ -85,7 +86,7 @@ struct Counters {
 pub(crate) struct State {
     rate: Rate,
     capacity: u64,
-    queue_limit: u64,
+    queue_limit: Option<u64>,
     ledger: Ledger,
     queue: WaiterQueue,
     closed: bool,
@@ -172,6 +173,9 @@ impl State {
         self.serve(now);
         let result = if self.closed {
             Err(TryTakeError::Closed)
+        } else if tokens == 0 {
+            // Taking nothing cannot jump the queue.
+            Ok(())
         } else if tokens > self.capacity {
             Err(TryTakeError::ExceedsCapacity {
                 requested: tokens,
@@ -183,10 +187,12 @@ impl State {
             Ok(())
         } else {
             let needed = self.queue.tokens_ahead_of(tokens);
-            let wait = self.ledger.time_until(needed, self.rate);
-            Err(TryTakeError::Insufficient {
-                retry_after: Duration::from_nanos(wait),
-            })
+            let wait = match self.ledger.time_until(needed, self.rate) {
+                // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
+                NEVER => Duration::MAX,
+                nanos => Duration::from_nanos(nanos),
+            };
+            Err(TryTakeError::Insufficient { retry_after: wait })
         };
         if result.is_err() {
             self.counters.denied += 1;
@@ -199,6 +205,9 @@ impl State {
         self.serve(now);
         if self.closed {
             return Err(TakeError::Closed);
+        }
+        if request.tokens == 0 {
+            return Ok(Admission::Granted);
         }
         if request.tokens > self.capacity {
             return Err(TakeError::ExceedsCapacity {
@@ -217,15 +226,14 @@ impl State {
             self.counters.timed_out += 1;
             return Err(TakeError::Timeout);
         }
-        let queued = self.queue.tokens();
-        if queued
-            .checked_add(request.tokens)
-            .map_or(true, |total| total > self.queue_limit)
-        {
-            return Err(TakeError::QueueFull {
-                queued,
-                limit: self.queue_limit,
-            });
+        if let Some(limit) = self.queue_limit {
+            let queued = self.queue.tokens();
+            if queued
+                .checked_add(request.tokens)
+                .map_or(true, |total| total > limit)
+            {
+                return Err(TakeError::QueueFull { queued, limit });
+            }
         }
         Ok(Admission::MustWait)
     }
@@ -308,7 +316,10 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn close(&mut self) {
+    /// Closes for good. Waiters whose tokens accrued before now are granted first: they
+    /// were served on the schedule, whether or not anyone had looked yet.
+    pub(crate) fn close(&mut self, now: u64) {
+        self.serve(now);
         self.closed = true;
         self.queue.finish_where(|_| Some(Outcome::Closed));
     }

@@ -32,7 +32,8 @@ pub struct Stats {
     /// Tokens granted in total, by `try_take` and `take` (grants handed back by a dropped
     /// future that never read them are not counted).
     pub taken: u64,
-    /// Tokens given back with [`refund`](crate::TokenBucket::refund).
+    /// Tokens passed to [`refund`](crate::TokenBucket::refund), including any the capacity
+    /// then dropped.
     pub refunded: u64,
     /// Failed [`try_take`](crate::TokenBucket::try_take) calls.
     pub denied: u64,
