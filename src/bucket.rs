@@ -75,9 +75,16 @@ impl Drop for Shared {
 /// # Runtime
 ///
 /// `try_take` and the other methods that do not return a future work from any thread,
-/// with or without a runtime. A request that has to wait is served by a background task
-/// spawned on the tokio runtime it is first polled in (with time enabled, as by
-/// `#[tokio::main]`); polled outside any runtime it fails with [`TakeError::NoRuntime`].
+/// with or without a runtime. Requests that have to wait are served by a background task,
+/// started on the tokio runtime where a request first had to queue; that runtime needs
+/// time enabled (as `#[tokio::main]` and `#[tokio::test]` give). A request with a timeout
+/// also needs a runtime where it is polled. When neither is there, the request fails
+/// with [`TakeError::NoRuntime`] rather than panicking.
+///
+/// If the runtime holding the task shuts down, the waiters still queued (from other
+/// runtimes) keep their places and start a new task from their own runtime. A runtime
+/// that stays alive but is no longer driven (a current-thread runtime outside
+/// `block_on`) stalls its task until it is driven or dropped.
 #[derive(Clone)]
 pub struct TokenBucket {
     shared: Arc<Shared>,

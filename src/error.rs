@@ -106,8 +106,9 @@ pub enum TakeError {
     Timeout,
     /// The bucket was [closed](crate::TokenBucket::close).
     Closed,
-    /// The request had to wait, but it was polled outside a tokio runtime, so no refill
-    /// task could be started to serve it.
+    /// The request had to wait, but it was polled outside a tokio runtime, and either no
+    /// refill task was running to serve it or it has a timeout (which needs the runtime's
+    /// timer).
     NoRuntime,
 }
 

@@ -60,13 +60,25 @@ impl Acquire {
         let Phase::Queued { receiver, .. } = &mut self.phase else {
             return Poll::Pending;
         };
-        // The sender is only dropped unsent by this future's own `leave`, or when the
-        // bucket itself is gone, which a live handle rules out: read that as closed.
-        let Poll::Ready(outcome) = Pin::new(receiver).poll(cx) else {
-            self.bucket.keep_serving();
-            return Poll::Pending;
+        let outcome = loop {
+            match Pin::new(&mut *receiver).poll(cx) {
+                Poll::Ready(Ok(Outcome::Requeued(next))) => {
+                    // Our refill task died with its runtime: keep the place, listen on
+                    // the new channel, and make sure a task serves us from this runtime.
+                    *receiver = next;
+                    self.bucket.keep_serving();
+                }
+                // The sender is only dropped unsent by this future's own `leave`, or
+                // when the bucket itself is gone, which a live handle rules out: read
+                // that as closed.
+                Poll::Ready(outcome) => break outcome.unwrap_or(Outcome::Closed),
+                Poll::Pending => {
+                    self.bucket.keep_serving();
+                    return Poll::Pending;
+                }
+            }
         };
-        self.finish(result_of(outcome.unwrap_or(Outcome::Closed)))
+        self.finish(result_of(outcome))
     }
 
     /// The deadline passed: leave the queue, unless the tokens came in time.
@@ -113,11 +125,13 @@ impl fmt::Debug for Acquire {
     }
 }
 
+/// The result a final outcome means. `Requeued` is not final: callers follow it (see
+/// [`received`](crate::state::received)) before asking.
 fn result_of(outcome: Outcome) -> Result<(), TakeError> {
     match outcome {
         Outcome::Granted => Ok(()),
         Outcome::TimedOut => Err(TakeError::Timeout),
-        Outcome::Closed => Err(TakeError::Closed),
+        Outcome::Closed | Outcome::Requeued(_) => Err(TakeError::Closed),
         Outcome::ExceedsCapacity {
             requested,
             capacity,

@@ -63,16 +63,18 @@ impl Ledger {
 
     /// The first nanosecond at which the ledger holds `need` whole tokens, or [`NEVER`].
     pub(crate) fn ready_at(&self, need: u64, rate: Rate) -> u64 {
-        self.last.saturating_add(self.time_until(need, rate))
+        self.last
+            .saturating_add(self.time_until(u128::from(need), rate))
     }
 
     /// Nanoseconds from `last` until `need` whole tokens are held (rounded up, so never
     /// early), or [`NEVER`].
-    pub(crate) fn time_until(&self, need: u64, rate: Rate) -> u64 {
-        let Some(missing) = need.checked_sub(self.tokens).filter(|&n| n > 0) else {
+    /// `need` is 128 bits wide because it may sum a whole queue of `u64` requests.
+    pub(crate) fn time_until(&self, need: u128, rate: Rate) -> u64 {
+        let Some(missing) = need.checked_sub(u128::from(self.tokens)).filter(|&n| n > 0) else {
             return 0;
         };
-        let Some(parts) = u128::from(missing).checked_mul(rate.period_nanos()) else {
+        let Some(parts) = missing.checked_mul(rate.period_nanos()) else {
             return NEVER;
         };
         let parts = parts - self.fraction;
@@ -188,7 +190,7 @@ mod tests {
         let mut ledger = Ledger::new(0, 0);
         ledger.advance(u64::MAX, slowest);
         assert_eq!(ledger.tokens(), 0);
-        assert_eq!(ledger.time_until(u64::MAX, slowest), NEVER);
+        assert_eq!(ledger.time_until(u128::from(u64::MAX), slowest), NEVER);
 
         let fastest = Rate::new(u64::MAX, Duration::from_nanos(1));
         let mut ledger = Ledger::new(0, 0);

@@ -1,17 +1,19 @@
 //! The FIFO queue of waiters.
 //!
 //! Each waiter is the sending half of a oneshot channel plus its request. A waiter that
-//! gives up is not removed from the middle of the queue (that would be O(n)); its entry
-//! becomes a tombstone in O(1), found by id, and is dropped when it reaches the front.
-//! The live counts are updated at once, so a tombstone is invisible to everything that
-//! counts the queue: `queued()`, `retry_after`, the queue limit.
+//! gives up is not removed from the middle of the queue; its entry becomes a tombstone,
+//! found by id (ids only grow, so a binary search finds it), and is dropped when it
+//! reaches the front. The live counts are updated at once, so a tombstone is invisible to
+//! everything that counts the queue: `queued()`, `retry_after`, the queue limit. Once
+//! tombstones outnumber live waiters the queue is compacted, so waiters cancelled behind
+//! a slow head cannot grow memory without bound.
 
 use std::collections::VecDeque;
 
 use tokio::sync::oneshot;
 
-/// What a waiter is told when it leaves the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a waiter is told when it leaves the queue, or when it must listen elsewhere.
+#[derive(Debug)]
 pub(crate) enum Outcome {
     /// Its tokens were taken for it (or, for a wait, were there).
     Granted,
@@ -21,6 +23,10 @@ pub(crate) enum Outcome {
     Closed,
     /// The capacity was lowered below its request.
     ExceedsCapacity { requested: u64, capacity: u64 },
+    /// The refill task died with its runtime. The waiter keeps its place; its outcome
+    /// will come on this new receiver, and it should start a refill task on its own
+    /// runtime.
+    Requeued(oneshot::Receiver<Outcome>),
 }
 
 /// Whether a request consumes its tokens or only waits for them to be there.
@@ -49,23 +55,28 @@ impl Request {
     }
 }
 
-/// A waiter's place in the queue, to find it again in O(1).
+/// A waiter's place in the queue, to find it again.
 pub(crate) type WaiterId = u64;
 
 #[derive(Debug)]
 struct Entry {
+    id: WaiterId,
     /// `None` once the waiter gave up: a tombstone.
     sender: Option<oneshot::Sender<Outcome>>,
     request: Request,
 }
 
+/// Tombstones tolerated beyond the live waiters before compacting: compaction costs
+/// O(queue) and so is paid for by at least this many cancellations.
+const COMPACTION_SLACK: usize = 64;
+
 #[derive(Debug, Default)]
 pub(crate) struct WaiterQueue {
     entries: VecDeque<Entry>,
-    /// The id of `entries[0]`; ids grow by one per entry pushed.
-    front_id: WaiterId,
+    next_id: WaiterId,
     /// Waiters that have not given up.
     live: usize,
+    tombstones: usize,
     /// Tokens requested by live waiters (takes and waits); 128 bits so that no number of
     /// `u64` requests overflows it.
     live_tokens: u128,
@@ -88,20 +99,22 @@ impl WaiterQueue {
 
     /// Tokens requested by live waiters.
     pub(crate) fn tokens(&self) -> u64 {
-        saturate(self.live_tokens)
+        u64::try_from(self.live_tokens).unwrap_or(u64::MAX)
     }
 
     /// How many tokens must accrue before every live waiter is served and then `tokens`
     /// more are there: what a newcomer asking for `tokens` has to wait for. An upper
     /// bound when waits are queued, exact otherwise.
-    pub(crate) fn tokens_ahead_of(&self, tokens: u64) -> u64 {
-        saturate(self.live_consumption + u128::from(tokens.max(self.wait_peak)))
+    pub(crate) fn tokens_ahead_of(&self, tokens: u64) -> u128 {
+        self.live_consumption + u128::from(tokens.max(self.wait_peak))
     }
 
     pub(crate) fn push(&mut self, request: Request) -> (WaiterId, oneshot::Receiver<Outcome>) {
         let (sender, receiver) = oneshot::channel();
-        let id = self.front_id + self.entries.len() as u64;
+        let id = self.next_id;
+        self.next_id += 1;
         self.entries.push_back(Entry {
+            id,
             sender: Some(sender),
             request,
         });
@@ -121,7 +134,7 @@ impl WaiterQueue {
                 return Some(entry.request);
             }
             self.entries.pop_front();
-            self.front_id += 1;
+            self.tombstones -= 1;
         }
         None
     }
@@ -132,28 +145,31 @@ impl WaiterQueue {
         let Some(entry) = self.entries.pop_front() else {
             return false;
         };
-        self.front_id += 1;
-        self.settle(entry, outcome)
+        let Some(sender) = entry.sender else {
+            self.tombstones -= 1;
+            return false;
+        };
+        self.forget(entry.request);
+        sender.send(outcome).is_ok()
     }
 
-    /// Makes the live waiter `id` a tombstone. Returns false when it is not in the queue
-    /// (it was already told its outcome).
+    /// Makes the live waiter `id` a tombstone, in O(log n). Returns false when it is not
+    /// in the queue (it was already told its outcome).
     pub(crate) fn abandon(&mut self, id: WaiterId) -> bool {
-        let Some(index) = id.checked_sub(self.front_id) else {
+        let Ok(index) = self.entries.binary_search_by_key(&id, |entry| entry.id) else {
             return false;
         };
-        let Some(entry) = usize::try_from(index)
-            .ok()
-            .and_then(|index| self.entries.get_mut(index))
-        else {
+        let entry = &mut self.entries[index];
+        if entry.sender.take().is_none() {
             return false;
-        };
-        let Some(sender) = entry.sender.take() else {
-            return false;
-        };
-        drop(sender);
+        }
         let request = entry.request;
+        self.tombstones += 1;
         self.forget(request);
+        if self.tombstones > self.live + COMPACTION_SLACK {
+            self.entries.retain(|entry| entry.sender.is_some());
+            self.tombstones = 0;
+        }
         true
     }
 
@@ -162,26 +178,44 @@ impl WaiterQueue {
     pub(crate) fn finish_where(&mut self, mut matches: impl FnMut(&Request) -> Option<Outcome>) {
         let mut finished = Vec::new();
         for entry in &mut self.entries {
-            let Some(outcome) = entry.sender.as_ref().and(matches(&entry.request)) else {
+            if entry.sender.is_none() {
                 continue;
-            };
-            if let Some(sender) = entry.sender.take() {
-                finished.push((sender, entry.request, outcome));
+            }
+            if let Some(outcome) = matches(&entry.request) {
+                finished.push((entry.sender.take(), entry.request, outcome));
             }
         }
+        self.tombstones += finished.len();
         for (sender, request, outcome) in finished {
             self.forget(request);
-            // A receiver that is gone has nothing to be told.
-            let _ = sender.send(outcome);
+            if let Some(sender) = sender {
+                // A receiver that is gone has nothing to be told.
+                let _ = sender.send(outcome);
+            }
         }
     }
 
-    fn settle(&mut self, entry: Entry, outcome: Outcome) -> bool {
-        let Some(sender) = entry.sender else {
-            return false;
-        };
-        self.forget(entry.request);
-        sender.send(outcome).is_ok()
+    /// Gives every live waiter a new channel in place, sending it the new receiver over
+    /// the old one: their refill task died, and each must start another from its own
+    /// runtime. Places in the queue are kept.
+    pub(crate) fn requeue_all(&mut self) {
+        let mut gone = Vec::new();
+        for entry in &mut self.entries {
+            let Some(old) = entry.sender.take() else {
+                continue;
+            };
+            let (sender, receiver) = oneshot::channel();
+            if old.send(Outcome::Requeued(receiver)).is_ok() {
+                entry.sender = Some(sender);
+            } else {
+                // Its future is gone: a tombstone like any abandoned waiter.
+                gone.push(entry.request);
+            }
+        }
+        self.tombstones += gone.len();
+        for request in gone {
+            self.forget(request);
+        }
     }
 
     /// Removes a live request from the counts; empties the queue of tombstones once no
@@ -191,13 +225,69 @@ impl WaiterQueue {
         self.live_tokens -= u128::from(request.tokens);
         self.live_consumption -= u128::from(request.consumes());
         if self.live == 0 {
-            self.front_id += self.entries.len() as u64;
             self.entries.clear();
+            self.tombstones = 0;
             self.wait_peak = 0;
         }
     }
 }
 
-fn saturate(tokens: u128) -> u64 {
-    u64::try_from(tokens).unwrap_or(u64::MAX)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NEVER;
+
+    fn take(tokens: u64) -> Request {
+        Request {
+            kind: Kind::Take,
+            tokens,
+            deadline: NEVER,
+        }
+    }
+
+    #[test]
+    fn waiters_cancelled_behind_a_slow_head_do_not_grow_the_queue() {
+        let mut queue = WaiterQueue::default();
+        let (_head, _head_receiver) = queue.push(take(10));
+        for _ in 0..100_000 {
+            let (id, _receiver) = queue.push(take(1));
+            assert!(queue.abandon(id));
+            assert!(queue.entries.len() <= 1 + 1 + COMPACTION_SLACK);
+        }
+        assert_eq!((queue.len(), queue.tokens()), (1, 10));
+        assert_eq!(queue.head(), Some(take(10)));
+    }
+
+    #[test]
+    fn abandon_finds_a_waiter_after_compaction() {
+        let mut queue = WaiterQueue::default();
+        let ids: Vec<(WaiterId, oneshot::Receiver<Outcome>)> =
+            (0..1_000).map(|tokens| queue.push(take(tokens))).collect();
+        for (id, _) in ids.iter().filter(|(id, _)| id % 3 != 0) {
+            assert!(queue.abandon(*id));
+        }
+        for (id, _) in ids.iter().filter(|(id, _)| id % 3 == 0) {
+            assert!(queue.abandon(*id), "{id}");
+            assert!(!queue.abandon(*id), "{id} twice");
+        }
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn requeue_keeps_places_and_hands_over_new_receivers() {
+        let mut queue = WaiterQueue::default();
+        let (_, mut first) = queue.push(take(1));
+        let (_, mut second) = queue.push(take(2));
+        queue.requeue_all();
+        let Ok(Outcome::Requeued(mut first_next)) = first.try_recv() else {
+            panic!("first was not requeued");
+        };
+        let Ok(Outcome::Requeued(_second_next)) = second.try_recv() else {
+            panic!("second was not requeued");
+        };
+        assert_eq!(queue.head(), Some(take(1)));
+        assert!(queue.finish_head(Outcome::Granted));
+        assert!(matches!(first_next.try_recv(), Ok(Outcome::Granted)));
+        assert_eq!(queue.head(), Some(take(2)));
+    }
 }

@@ -8,6 +8,7 @@
 //! no CPU. It holds the bucket only weakly, so it ends when the last handle is dropped,
 //! and it ends when the bucket is closed.
 
+use std::cell::Cell;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -33,19 +34,36 @@ pub(crate) fn ensure_running(shared: &Arc<Shared>, state: &mut State) -> Result<
     shared.refill_running.store(true, Ordering::Release);
     state.refill_started();
     let guard = RunningGuard(Arc::downgrade(shared));
+    SPAWNING.with(|spawning| spawning.set(true));
     runtime.spawn(run(guard, Arc::clone(&shared.refill_signal)));
+    SPAWNING.with(|spawning| spawning.set(false));
+    if !shared.refill_running.load(Ordering::Acquire) {
+        // The runtime is shutting down and dropped the task at once.
+        return Err(TakeError::NoRuntime);
+    }
     Ok(())
 }
 
+thread_local! {
+    /// True while this thread is inside `spawn` in [`ensure_running`], holding the
+    /// bucket's lock: a task dropped right there must not take the lock again.
+    static SPAWNING: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Clears the bucket's "refill task running" flag when the task ends or is dropped by a
-/// runtime shutting down, so the next waiter starts a new one. Deliberately lock-free:
-/// it may be dropped while the bucket's lock is held (see [`ensure_running`]).
+/// runtime shutting down, so the next waiter starts a new one, and hands the waiters
+/// already queued (from other runtimes) new channels so they start one themselves.
 struct RunningGuard(Weak<Shared>);
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.refill_running.store(false, Ordering::Release);
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        shared.refill_running.store(false, Ordering::Release);
+        // Inside `spawn` the spawner holds the lock, and its waiter is not queued yet.
+        if !SPAWNING.with(Cell::get) {
+            shared.lock().refill_lost();
         }
     }
 }

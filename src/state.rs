@@ -138,7 +138,7 @@ impl State {
                 }
                 // Those behind it could not be served while it stood in front of them.
                 self.ledger.advance(head.deadline, self.rate);
-                self.counters.timed_out += 1;
+                self.counters.timed_out = self.counters.timed_out.saturating_add(1);
                 self.queue.finish_head(Outcome::TimedOut);
                 continue;
             }
@@ -195,7 +195,7 @@ impl State {
             Err(TryTakeError::Insufficient { retry_after: wait })
         };
         if result.is_err() {
-            self.counters.denied += 1;
+            self.counters.denied = self.counters.denied.saturating_add(1);
         }
         result
     }
@@ -223,7 +223,7 @@ impl State {
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
         if self.ledger.ready_at(request.tokens, self.rate) > request.deadline {
-            self.counters.timed_out += 1;
+            self.counters.timed_out = self.counters.timed_out.saturating_add(1);
             return Err(TakeError::Timeout);
         }
         if let Some(limit) = self.queue_limit {
@@ -254,19 +254,19 @@ impl State {
         now: u64,
     ) -> Option<Outcome> {
         let now = self.serve(now);
-        match receiver.try_recv() {
-            Ok(outcome) => {
-                if why == Leaving::Dropped && outcome == Outcome::Granted {
+        match received(receiver) {
+            Some(outcome) => {
+                if why == Leaving::Dropped && matches!(outcome, Outcome::Granted) {
                     let consumed = request.consumes();
                     self.counters.taken = self.counters.taken.saturating_sub(consumed);
                     self.put_back(consumed, now);
                 }
                 Some(outcome)
             }
-            Err(_) => {
+            None => {
                 if self.queue.abandon(id) {
                     if why == Leaving::DeadlinePassed {
-                        self.counters.timed_out += 1;
+                        self.counters.timed_out = self.counters.timed_out.saturating_add(1);
                     }
                     // It may have been the head that held the others back.
                     self.serve(now);
@@ -285,10 +285,18 @@ impl State {
         self.put_back(tokens, now);
     }
 
-    /// Adds tokens and serves whoever they complete; the cap applies once nobody waits.
+    /// Adds tokens, never above the capacity, and serves whoever they complete. Capping
+    /// here is right even with waiters queued: the ledger is already at `now`.
     fn put_back(&mut self, tokens: u64, now: u64) {
         self.ledger.give_back(tokens);
+        self.ledger.cap(self.capacity);
         self.serve(now);
+    }
+
+    /// The refill task died with its runtime: every waiter is handed a new channel in
+    /// place and told to start a refill task on its own runtime.
+    pub(crate) fn refill_lost(&mut self) {
+        self.queue.requeue_all();
     }
 
     pub(crate) fn set_rate(&mut self, rate: Rate, now: u64) -> Result<(), ConfigError> {
@@ -372,5 +380,17 @@ impl State {
             return true;
         }
         false
+    }
+}
+
+/// The outcome a waiter has been sent, if any, following `Requeued` hand-overs to the
+/// receiver that is current.
+pub(crate) fn received(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outcome> {
+    loop {
+        match receiver.try_recv() {
+            Ok(Outcome::Requeued(next)) => *receiver = next,
+            Ok(outcome) => return Some(outcome),
+            Err(_) => return None,
+        }
     }
 }

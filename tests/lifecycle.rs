@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -493,13 +494,14 @@ async fn refund_gives_tokens_back_never_above_capacity() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn refund_larger_than_the_queue_needs_serves_it_and_caps_the_rest() {
+async fn refund_larger_than_the_capacity_is_capped_before_it_serves_the_queue() {
+    // The bucket can hold 10 at any instant: the waiter takes 4 of them, 6 stay.
     let bucket = new_bucket(Rate::per_hour(1), 10, 0);
     let mut waiter = task::spawn(bucket.take(4));
     assert_pending!(waiter.poll());
     bucket.refund(100);
     assert_ready_eq!(waiter.poll(), Ok(()));
-    assert_eq!(bucket.available(), 10);
+    assert_eq!(bucket.available(), 6);
 }
 
 #[tokio::test(start_paused = true)]
@@ -636,10 +638,9 @@ fn bucket_still_serves_waiters_after_its_refill_runtime_shut_down() {
     });
 }
 
-/// A waiter that queued in runtime A, whose refill task died with A, is served in
-/// runtime B once another request touches the bucket (its tokens are on the schedule).
-#[test]
-fn waiter_carried_into_a_new_runtime_is_served_once_the_bucket_is_touched() {
+/// A bucket at 1/s, and a `take(1)` that queued on it in a runtime since dropped (with
+/// the refill task it started).
+fn waiter_queued_in_a_dropped_runtime() -> (TokenBucket, std::pin::Pin<Box<token_bucket::Take>>) {
     let runtime_a = paused_runtime();
     let bucket = runtime_a.block_on(async { new_bucket(Rate::per_second(1), 1, 0) });
     let mut waiter = Box::pin(bucket.take(1));
@@ -647,7 +648,14 @@ fn waiter_carried_into_a_new_runtime_is_served_once_the_bucket_is_touched() {
         assert!((&mut waiter).now_or_never().is_none(), "it must queue");
     });
     drop(runtime_a);
+    (bucket, waiter)
+}
 
+/// A waiter that queued in runtime A, whose refill task died with A, is served in
+/// runtime B once another request touches the bucket (its tokens are on the schedule).
+#[test]
+fn waiter_carried_into_a_new_runtime_is_served_once_the_bucket_is_touched() {
+    let (bucket, waiter) = waiter_queued_in_a_dropped_runtime();
     let runtime_b = paused_runtime();
     runtime_b.block_on(async {
         tokio::time::advance(secs(5)).await;
@@ -656,6 +664,83 @@ fn waiter_carried_into_a_new_runtime_is_served_once_the_bucket_is_touched() {
         assert_eq!(bucket.queued(), 0);
         assert_eq!(waiter.await, Ok(()));
     });
+}
+
+/// The same, with nobody else touching the bucket: when runtime A shuts down, the dying
+/// refill task hands the waiter a new channel, and its first poll in runtime B starts a
+/// refill task there.
+#[test]
+fn waiter_carried_into_a_new_runtime_is_served_on_its_own() {
+    let (bucket, waiter) = waiter_queued_in_a_dropped_runtime();
+    let runtime_b = paused_runtime();
+    runtime_b.block_on(async {
+        assert_eq!(waiter.await, Ok(()));
+        assert_eq!(alive_tasks(), 1, "a new refill task runs in runtime B");
+        assert_eq!(bucket.queued(), 0);
+    });
+}
+
+/// A waiter queued from a live runtime B while the refill task sits in runtime A, which
+/// nobody drives any more: once A is dropped, B's waiter is served without any other call.
+#[test]
+fn waiter_in_another_runtime_survives_the_refill_runtime_being_dropped() {
+    let bucket = new_bucket(Rate::per_second(50), 1, 0);
+    let runtime_a = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A waiter there starts the refill task in A, then gives up.
+    runtime_a.block_on(async {
+        let attempt = tokio::time::timeout(Duration::from_millis(1), bucket.take(1)).await;
+        assert!(attempt.is_err(), "the bucket starts empty");
+    });
+    let runtime_b = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let waiter = runtime_b.spawn({
+        let bucket = bucket.clone();
+        async move { bucket.take(1).await }
+    });
+    for _ in 0..10_000 {
+        if bucket.queued() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        bucket.queued(),
+        1,
+        "B's waiter queued behind A's refill task"
+    );
+    drop(runtime_a);
+    // Real time here only bounds a hang; the assertion is that it completes at all.
+    let result =
+        runtime_b.block_on(async { tokio::time::timeout(Duration::from_secs(30), waiter).await });
+    assert_eq!(result.expect("the waiter hung").unwrap(), Ok(()));
+}
+
+/// A refund never lifts the bucket above its capacity, even with waiters queued: ten
+/// queued take(10) and a refund of 100 serve one of them, not all ten at one instant.
+#[tokio::test(start_paused = true)]
+async fn refund_with_waiters_queued_never_grants_beyond_capacity() {
+    let bucket = new_bucket(Rate::per_hour(1), 10, 0);
+    let mut waiters: Vec<_> = (0..10)
+        .map(|_| tokio_test::task::spawn(bucket.take(10)))
+        .collect();
+    for waiter in &mut waiters {
+        tokio_test::assert_pending!(waiter.poll());
+    }
+    bucket.refund(100);
+    let served = waiters
+        .iter_mut()
+        .map(|waiter| waiter.poll())
+        .filter(Poll::is_ready)
+        .count();
+    assert_eq!(served, 1);
+    assert_eq!(bucket.available(), 0);
+    assert_eq!(bucket.queued(), 9);
 }
 
 // ---------------------------------------------------------------------------------------
