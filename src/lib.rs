@@ -56,6 +56,12 @@
 
 mod bucket;
 mod builder;
+#[cfg(feature = "io")]
+pub mod io;
+#[cfg(feature = "tower")]
+pub mod service;
+pub mod sink;
+pub mod stream;
 mod clock;
 mod error;
 mod future;

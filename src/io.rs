@@ -1,0 +1,1 @@
+//! Throttling tokio byte I/O: one token per byte (feature `io`).

@@ -1,0 +1,1 @@
+//! A tower `Layer` and `Service` that rate-limit requests (feature `tower`).

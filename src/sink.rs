@@ -1,0 +1,1 @@
+//! Throttling a `Sink`: each item sent costs tokens.

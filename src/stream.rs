@@ -1,0 +1,1 @@
+//! Throttling a `Stream`: each item costs tokens.
