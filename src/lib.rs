@@ -56,21 +56,21 @@
 
 mod bucket;
 mod builder;
-#[cfg(feature = "io")]
-pub mod io;
-#[cfg(feature = "tower")]
-pub mod service;
-pub mod sink;
-pub mod stream;
 mod clock;
 mod error;
 mod future;
+#[cfg(feature = "io")]
+pub mod io;
 mod ledger;
 mod queue;
 mod rate;
 mod refill;
+#[cfg(feature = "tower")]
+pub mod service;
+pub mod sink;
 mod state;
 mod stats;
+pub mod stream;
 
 pub use bucket::TokenBucket;
 pub use builder::Builder;

@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use cli::{parse_args, parse_byte_rate, parse_size, pipe, Command, Options, Progress, Unit};
+use cli::{
+    parse_args, parse_byte_rate, parse_size, pipe, Command, Options, Progress, Summary, Unit,
+};
 use common::{assert_now, ms, secs};
 use token_bucket::{Rate, TokenBucket};
 use tokio::time::Instant;
@@ -92,6 +94,18 @@ fn a_zero_burst_never_reaches_the_bucket_and_the_bucket_refuses_it_anyway() {
     assert!(error.to_string().contains("capacity"), "{error}");
 }
 
+/// Runs the copy loop from `input` into a `Vec`, without a progress line.
+async fn copy(
+    input: &[u8],
+    unit: Unit,
+    bucket: &TokenBucket,
+) -> std::io::Result<(Vec<u8>, Summary)> {
+    let mut output = Vec::new();
+    let mut progress = Progress::new(None::<Vec<u8>>, unit);
+    let summary = pipe(input, &mut output, unit, bucket, &mut progress).await?;
+    Ok((output, summary))
+}
+
 fn numbered_lines(count: usize) -> Vec<u8> {
     (1..=count)
         .map(|n| format!("{n}\n"))
@@ -104,12 +118,8 @@ async fn a_hundred_lines_at_twenty_per_second_after_a_burst_of_five() {
     let options = run_options("20/s --burst 5");
     let bucket = options.bucket(options.rate.unwrap()).unwrap();
     let input = numbered_lines(100);
-    let mut output = Vec::new();
-    let mut progress = Progress::new(None::<Vec<u8>>, Unit::Lines);
     let start = Instant::now();
-    let summary = pipe(&input[..], &mut output, Unit::Lines, &bucket, &mut progress)
-        .await
-        .unwrap();
+    let (output, summary) = copy(&input, Unit::Lines, &bucket).await.unwrap();
     // Five at once, then 95 at 50 ms each.
     assert_now(start, ms(4_750));
     assert_eq!(output, input);
@@ -128,12 +138,8 @@ async fn bytes_pass_at_the_byte_rate_intact() {
         "the default burst is one period's worth"
     );
     let input: Vec<u8> = (0..256 * 1024u32).map(|n| (n * 31 % 251) as u8).collect();
-    let mut output = Vec::new();
-    let mut progress = Progress::new(None::<Vec<u8>>, Unit::Bytes);
     let start = Instant::now();
-    let summary = pipe(&input[..], &mut output, Unit::Bytes, &bucket, &mut progress)
-        .await
-        .unwrap();
+    let (output, summary) = copy(&input, Unit::Bytes, &bucket).await.unwrap();
     // 64 KiB from the full bucket, then 192 KiB at 64 KiB/s.
     assert_now(start, secs(3));
     assert_eq!(output, input);
@@ -168,17 +174,9 @@ fn progress_output(progress: Progress<Vec<u8>>) -> Vec<u8> {
 async fn a_closed_bucket_stops_the_copy_with_an_error() {
     let bucket = TokenBucket::new(Rate::per_second(1), 1).unwrap();
     bucket.close();
-    let input = numbered_lines(3);
-    let mut progress = Progress::new(None::<Vec<u8>>, Unit::Lines);
-    let error = pipe(
-        &input[..],
-        tokio::io::sink(),
-        Unit::Lines,
-        &bucket,
-        &mut progress,
-    )
-    .await
-    .unwrap_err();
+    let error = copy(&numbered_lines(3), Unit::Lines, &bucket)
+        .await
+        .unwrap_err();
     assert!(error.to_string().contains("closed"), "{error}");
 }
 
@@ -186,12 +184,8 @@ async fn a_closed_bucket_stops_the_copy_with_an_error() {
 async fn the_demonstration_takes_two_seconds() {
     let bucket = TokenBucket::new(cli::DEMO_RATE, cli::DEMO_BURST).unwrap();
     let input = cli::demo_input();
-    let mut output = Vec::new();
-    let mut progress = Progress::new(None::<Vec<u8>>, Unit::Lines);
     let start = Instant::now();
-    pipe(&input[..], &mut output, Unit::Lines, &bucket, &mut progress)
-        .await
-        .unwrap();
+    let (output, _) = copy(&input, Unit::Lines, &bucket).await.unwrap();
     // Three at once, then 17 at 100 ms each.
     assert_now(start, Duration::from_millis(1_700));
     assert_eq!(output, input);
