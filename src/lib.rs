@@ -79,7 +79,8 @@ pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use rate::{ParseRateError, Rate};
 pub use stats::Stats;
 
-/// The README's examples, compiled and run as doc tests so they stay true.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doc tests so they stay true. Some use the
+/// optional features, so they run with all of them on (as the README's test command does).
+#[cfg(all(doctest, feature = "io", feature = "tower"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
