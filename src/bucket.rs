@@ -338,6 +338,20 @@ impl TokenBucket {
         self.shared.lock().capacity()
     }
 
+    /// The most tokens that may be queued, if the bucket was built with a
+    /// [`queue_limit`](Builder::queue_limit); `None` when the queue is unlimited.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(1)).queue_limit(50).build()?;
+    /// assert_eq!(bucket.queue_limit(), Some(50));
+    /// assert_eq!(TokenBucket::new(Rate::per_second(1), 1)?.queue_limit(), None);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn queue_limit(&self) -> Option<u64> {
+        self.shared.lock().queue_limit()
+    }
+
     /// The rate tokens are gained at.
     ///
     /// ```

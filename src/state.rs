@@ -117,6 +117,10 @@ impl State {
         self.capacity
     }
 
+    pub(crate) fn queue_limit(&self) -> Option<u64> {
+        self.queue_limit
+    }
+
     pub(crate) fn queued(&self) -> usize {
         self.queue.len()
     }
