@@ -1,0 +1,313 @@
+//! Micro-benchmarks of `token_bucket` beside its two best-known peers, [`governor`] and
+//! [`leaky_bucket`], measured in the same run so that every figure can be read as a
+//! ratio taken on one machine at one time (issue 4).
+//!
+//! # Running
+//!
+//! ```text
+//! cargo bench --bench micro                  # everything, about a minute
+//! cargo bench --bench micro -- try_take      # one group (criterion's name filter)
+//! ```
+//!
+//! Criterion prints one `time: [low estimate high]` line per benchmark, and keeps the
+//! numbers in `target/criterion/<group>/<limiter>/new/estimates.json` (with the `/` in a
+//! group's name written `_`, as in `try_take_1_thread`). Measurement is kept short
+//! (0.5 s warm-up, 2 s measurement, 50 samples per benchmark); pass
+//! `-- --measurement-time 10` for steadier figures.
+//!
+//! # The setup every group shares
+//!
+//! Each limiter is given a rate of `u32::MAX` tokens a second and a capacity of
+//! `u32::MAX`, and starts full, so it never runs dry while it is measured: every group
+//! times the path where the tokens are there. (governor cannot refill faster than one
+//! cell a nanosecond, so its rate rounds down to 10^9/s; that is still far more than any
+//! loop here consumes.) Every operation's result is checked, and a benchmark panics if a
+//! limiter ever refuses, so a figure can never silently come from the refusal path.
+//!
+//! leaky-bucket runs in its default *fair* mode, the one whose promise matches ours (a
+//! `try_acquire` never jumps waiters). Fair mode skips its lock-free fast path: each call
+//! takes its lock and reads the clock, as ours does. No tokio clock is paused anywhere
+//! (governor reads its own clock, `quanta`, and would ignore a paused one anyway).
+//!
+//! # The groups
+//!
+//! - `try_take/1_thread`: one thread calling the non-waiting acquire in a loop:
+//!   `TokenBucket::try_take(1)`, governor's `check()`, leaky-bucket's `try_acquire(1)`.
+//!   No runtime involved. The figure is nanoseconds per call.
+//! - `try_take/2_threads`: the same calls from two OS threads on one shared limiter at
+//!   once. Each thread makes `iters` calls; the wall time from the first thread's start to
+//!   the last one's end is divided by `2 × iters`, so the figure is *nanoseconds per
+//!   operation overall* (the limiter's throughput under contention, inverted), not the
+//!   latency one thread sees. Lower than the one-thread figure means the limiter scales;
+//!   higher means the two threads fight over a lock or a cache line. On a machine with
+//!   fewer than two idle cores the threads take turns and the figure means little; the
+//!   tell-tale is a governor figure here equal to its one-thread figure (in parallel its
+//!   atomic cache line bounces between cores and costs it several times more).
+//! - `take_available`: the waiting acquire, awaited on a current-thread tokio runtime when
+//!   the tokens are there: `take(1).await`, governor's `until_ready().await`,
+//!   leaky-bucket's `acquire_one().await`. Nanoseconds per completed await, including
+//!   creating and dropping the future.
+//! - `stream_throttle`: a stream of [`STREAM_LEN`] integers drained through each
+//!   limiter's stream adapter: `TokenBucket::throttle`, governor's
+//!   `StreamRateLimitExt::ratelimit_stream` (enabled by governor's default `std`
+//!   feature), and for leaky-bucket, which has no adapter, `then` with
+//!   `acquire_one().await` per item. `unthrottled` drains the bare stream, the floor under
+//!   all three. Reported per item (`Throughput::Elements`): criterion prints the time for
+//!   the whole stream and items per second; divide the time by [`STREAM_LEN`] for
+//!   nanoseconds per item. The per-stream set-up (ours clones a handle, governor arms a
+//!   `futures-timer` delay) is included, spread over the items.
+//!
+//! # Reading the ratios
+//!
+//! Divide our time by a peer's, within one group of one run: below 1 we are faster,
+//! above 1 slower. Ratios from one run are comparable; absolute nanoseconds are not,
+//! between machines or between runs on a busy machine. For `stream_throttle`, subtracting
+//! `unthrottled` first gives the ratio of the limiters' own cost per item.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures::{stream, StreamExt};
+use governor::prelude::StreamRateLimitExt;
+use governor::{DefaultDirectRateLimiter, Quota};
+use token_bucket::{Rate, TokenBucket};
+
+/// Items per stream in `stream_throttle`.
+const STREAM_LEN: u64 = 1_000;
+
+/// Rate (per second) and capacity of every limiter: far more than any benchmark takes.
+const AMPLE: u32 = u32::MAX;
+
+/// Our bucket: `AMPLE` tokens a second, holding `AMPLE`, starting full.
+fn ours() -> TokenBucket {
+    TokenBucket::new(Rate::per_second(u64::from(AMPLE)), u64::from(AMPLE))
+        .expect("a valid configuration")
+}
+
+/// governor's direct limiter: burst `AMPLE`; it refills one cell a nanosecond at most.
+fn governor() -> DefaultDirectRateLimiter {
+    let ample = NonZeroU32::new(AMPLE).expect("not zero");
+    governor::RateLimiter::direct(Quota::per_second(ample))
+}
+
+/// leaky-bucket's limiter, fair (its default): `AMPLE` tokens a second, holding `AMPLE`,
+/// starting full.
+fn leaky() -> leaky_bucket::RateLimiter {
+    let ample = usize::try_from(AMPLE).expect("usize holds a u32");
+    leaky_bucket::RateLimiter::builder()
+        .initial(ample)
+        .max(ample)
+        .refill(ample)
+        .interval(Duration::from_secs(1))
+        .build()
+}
+
+/// Panics unless the operation was granted: a refusal would mean the benchmark measures
+/// the wrong path.
+#[inline(always)]
+fn granted(ok: bool, who: &str) {
+    if !ok {
+        ran_dry(who);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn ran_dry(who: &str) -> ! {
+    panic!("{who} refused a request: the limiter ran dry, so the figure would be wrong")
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50)
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn try_take_1_thread(c: &mut Criterion) {
+    let mut group = c.benchmark_group("try_take/1_thread");
+
+    let bucket = ours();
+    group.bench_function("token-bucket", |b| {
+        b.iter(|| granted(black_box(&bucket).try_take(1).is_ok(), "token-bucket"));
+    });
+
+    let limiter = governor();
+    group.bench_function("governor", |b| {
+        b.iter(|| granted(black_box(&limiter).check().is_ok(), "governor"));
+    });
+
+    let limiter = leaky();
+    group.bench_function("leaky-bucket", |b| {
+        b.iter(|| granted(black_box(&limiter).try_acquire(1), "leaky-bucket"));
+    });
+
+    group.finish();
+}
+
+/// Runs `op` `iters` times on each of two threads at once and returns the wall time per
+/// operation overall, times `iters`: that is, wall time / 2, which criterion then divides
+/// by `iters`.
+fn on_two_threads(iters: u64, op: &(impl Fn() + Sync)) -> Duration {
+    // Both threads start together; the clock runs from the first start to the last end,
+    // so thread creation and joining are not timed.
+    let barrier = Barrier::new(2);
+    let spans: Vec<(Instant, Instant)> = thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        op();
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("a benchmark thread panicked"))
+            .collect()
+    });
+    let first_start = spans.iter().map(|&(start, _)| start).min();
+    let last_end = spans.iter().map(|&(_, end)| end).max();
+    match (first_start, last_end) {
+        (Some(start), Some(end)) => end.duration_since(start) / 2,
+        _ => Duration::ZERO,
+    }
+}
+
+fn try_take_2_threads(c: &mut Criterion) {
+    let mut group = c.benchmark_group("try_take/2_threads");
+
+    let bucket = ours();
+    group.bench_function("token-bucket", |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                granted(black_box(&bucket).try_take(1).is_ok(), "token-bucket");
+            })
+        });
+    });
+
+    let limiter = governor();
+    group.bench_function("governor", |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                granted(black_box(&limiter).check().is_ok(), "governor");
+            })
+        });
+    });
+
+    let limiter = leaky();
+    group.bench_function("leaky-bucket", |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                granted(black_box(&limiter).try_acquire(1), "leaky-bucket");
+            })
+        });
+    });
+
+    group.finish();
+}
+
+fn take_available(c: &mut Criterion) {
+    let runtime = current_thread_runtime();
+    let mut group = c.benchmark_group("take_available");
+
+    let bucket = ours();
+    group.bench_function("token-bucket", |b| {
+        b.to_async(&runtime).iter(|| async {
+            granted(black_box(&bucket).take(1).await.is_ok(), "token-bucket");
+        });
+    });
+
+    // `until_ready` cannot fail: it waits instead. With ample cells it never does.
+    let limiter = governor();
+    group.bench_function("governor", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(&limiter).until_ready().await });
+    });
+
+    // Likewise `acquire_one`.
+    let limiter = leaky();
+    group.bench_function("leaky-bucket", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(&limiter).acquire_one().await });
+    });
+
+    group.finish();
+}
+
+/// Drains `items` and returns the sum of what came out, checking that all of them did.
+async fn drain(items: impl futures::Stream<Item = u64>, who: &str) -> u64 {
+    let mut items = pin!(items);
+    let mut count = 0;
+    let mut sum = 0;
+    while let Some(item) = items.next().await {
+        count += 1;
+        sum += item;
+    }
+    granted(count == STREAM_LEN, who);
+    sum
+}
+
+fn stream_throttle(c: &mut Criterion) {
+    let runtime = current_thread_runtime();
+    let mut group = c.benchmark_group("stream_throttle");
+    group.throughput(Throughput::Elements(STREAM_LEN));
+
+    group.bench_function("unthrottled", |b| {
+        b.to_async(&runtime)
+            .iter(|| drain(stream::iter(0..black_box(STREAM_LEN)), "unthrottled"));
+    });
+
+    let bucket = ours();
+    group.bench_function("token-bucket", |b| {
+        b.to_async(&runtime).iter(|| {
+            let items = bucket.throttle(stream::iter(0..black_box(STREAM_LEN)));
+            drain(items, "token-bucket")
+        });
+    });
+
+    let limiter = governor();
+    group.bench_function("governor", |b| {
+        b.to_async(&runtime).iter(|| {
+            let items = stream::iter(0..black_box(STREAM_LEN)).ratelimit_stream(&limiter);
+            drain(items, "governor")
+        });
+    });
+
+    let limiter = leaky();
+    let limiter = &limiter;
+    group.bench_function("leaky-bucket", |b| {
+        b.to_async(&runtime).iter(|| {
+            let items = stream::iter(0..black_box(STREAM_LEN)).then(|item| async move {
+                limiter.acquire_one().await;
+                item
+            });
+            drain(items, "leaky-bucket")
+        });
+    });
+
+    group.finish();
+}
+
+criterion_group! {
+    name = micro;
+    config = config();
+    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle
+}
+criterion_main!(micro);

@@ -1,0 +1,1015 @@
+//! Scenario benchmarks (issue 4): this crate's [`TokenBucket`] side by side with
+//! `governor` and `leaky-bucket`, configured to the same rate and burst, each scenario run
+//! in a process of its own so that CPU and memory figures do not mix.
+//!
+//! # Running
+//!
+//! ```text
+//! cargo bench --bench scenarios               # every scenario, about a minute
+//! cargo bench --bench scenarios -- fairness   # only scenarios whose name contains "fairness"
+//! ```
+//!
+//! Without a scenario argument the binary re-executes itself once per (scenario, crate)
+//! as `scenarios run <scenario> <crate>`, reads the one `RESULT key=value ...` line each
+//! child prints on stdout, and prints a markdown table with the three crates side by side
+//! and the issue's target ("what we want") for reference. Progress goes to stderr.
+//! Arguments starting with `--` (cargo passes `--bench`) are ignored.
+//!
+//! # Scenarios
+//!
+//! - **`precision-1k`, `precision-100k`, `precision-1m`**: 8 tasks loop `take(1)` for 2 s
+//!   of real time on a multi-thread runtime with 2 workers, at 1,000/s with a burst of 1,
+//!   and at 100,000/s and 1,000,000/s with a burst of rate / 1000 (1 ms worth). Every
+//!   limiter starts empty. *Share* is tokens granted / (rate × elapsed), elapsed running
+//!   from the limiter's creation to the moment the grant counters are read. *CPU per
+//!   token* is the process's CPU time over the same span divided by the tokens granted.
+//! - **`waiters`**: 100,000 tasks each doing one `take(1)` on an empty limiter at 1,000/s,
+//!   burst 1, on a current-thread runtime with paused time. *Memory per waiter* is the
+//!   growth of `VmRSS` (from `/proc/self/status`) from before the tasks are spawned to
+//!   when every one of them has polled its request once (so is queued), over 100,000; the
+//!   spawned task is included. *Drain CPU per waiter* is the CPU time from then until the
+//!   last one is served, over 100,000. On paused time the drain takes no real time for a
+//!   limiter on tokio's clock; governor keeps its own clock (quanta) and timer thread
+//!   (futures-timer), so it runs in real time, 100 s at 1,000/s, and the 20 s limit stops
+//!   it. The peak RSS (`VmHWM`) of the process is shown too.
+//! - **`fairness`**: rate 10/s, burst 10, empty. One `take(10)` is queued first, then 20
+//!   tasks loop `take(1)`. The figure is when the big request is served, from the
+//!   limiter's creation (1 s for a first-in, first-out limiter), and how many small grants
+//!   went before it; "starved" if not within 5 s. Paused time for this crate and
+//!   leaky-bucket (both on tokio's clock, so the figure is exact); real time for governor.
+//! - **`cancellation`**: rate 1/s, burst 1, empty, real time, current-thread runtime.
+//!   1,000 tasks each wrap `take(1)` in `tokio::time::timeout(500 ms, ..)` and are queued;
+//!   then one more `take(1)`, without a timeout, queues behind them. The waiters give up
+//!   at 500 ms; the figure is when the last take is served, from the limiter's creation
+//!   (1 s if the abandoned waiters took no tokens and block nobody), and the process CPU
+//!   time from before the 1,000 tasks are spawned until then. (`tokio::time::timeout` is
+//!   used for all three crates alike; this crate's `take_timeout` would refuse these
+//!   requests at once, as their tokens cannot accrue within 500 ms, and so never queue.)
+//!
+//! # How the numbers are taken
+//!
+//! CPU time is the sum, over the process's threads, of the first field of
+//! `/proc/self/task/<tid>/schedstat` (nanoseconds on a CPU; no libc crate is needed). All
+//! the threads a scenario uses live until it reports, so nothing is lost to threads that
+//! exit. As a cross-check, `utime + stime` from `/proc/self/stat` is read too, in clock
+//! ticks of `getconf CLK_TCK` (asked once by the parent; 100 is assumed if that fails): a
+//! child warns on stderr if the two disagree by more than 20 ms plus 5 %, and falls back to
+//! the tick count if `schedstat` cannot be read. Memory is `VmRSS` and `VmHWM` from
+//! `/proc/self/status`. Every child has a real-time limit of 20 s: when it passes, the
+//! child reports what it has (for example, how many waiters were served) and exits, and
+//! the table says "does not finish".
+//!
+//! leaky-bucket adds `refill` tokens every `interval`, counted in whole milliseconds. A
+//! rate of `r`/s is expressed exactly as `refill = r / g` every `1000 / g` ms, where
+//! `g = gcd(r, 1000)`: 1 token every 1 ms for 1,000/s, 100 every 1 ms for 100,000/s, 1,000
+//! every 1 ms for 1,000,000/s, 1 every 100 ms for 10/s, 1 every 1,000 ms for 1/s. Its
+//! `max` is the burst (never below `refill` in these scenarios), `initial` is 0 and it is
+//! fair. governor is `Quota::per_second(r).allow_burst(burst)`, and since it starts full
+//! its whole burst is taken once with `check_n` so it starts empty like the others.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::io::{Read as _, Write as _};
+use std::num::NonZeroU32;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use governor::{DefaultDirectRateLimiter, Quota};
+use token_bucket::{Rate, TokenBucket};
+use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+
+/// Real-time limit of every child process.
+const LIMIT: Duration = Duration::from_secs(20);
+/// How much longer than `LIMIT` the parent waits before it kills a child.
+const KILL_GRACE: Duration = Duration::from_secs(15);
+
+const PRECISION_RUN: Duration = Duration::from_secs(2);
+const PRECISION_TASKS: usize = 8;
+const PRECISION_WORKERS: usize = 2;
+
+const WAITERS: u64 = 100_000;
+const WAITERS_RATE: u64 = 1_000;
+
+const FAIRNESS_RATE: u64 = 10;
+const FAIRNESS_BIG: u32 = 10;
+const FAIRNESS_SMALL_TASKS: usize = 20;
+const FAIRNESS_LIMIT: Duration = Duration::from_secs(5);
+
+const CANCELLED: u64 = 1_000;
+const CANCEL_TIMEOUT: Duration = Duration::from_millis(500);
+const CANCEL_LIMIT: Duration = Duration::from_secs(5);
+
+const CLK_TCK_ENV: &str = "SCENARIOS_CLK_TCK";
+
+// ---------------------------------------------------------------------------------------
+// The three limiters behind one interface.
+// ---------------------------------------------------------------------------------------
+
+/// A rate limiter under test. Each scenario is generic over it, so every spawned task holds
+/// exactly its crate's future, and per-waiter memory is that crate's alone.
+trait Limiter: Clone + Send + Sync + 'static {
+    /// Whether it reads tokio's clock, so that paused time drives it.
+    const TOKIO_CLOCK: bool;
+
+    /// An empty limiter gaining `rate` tokens per second and holding at most `burst`.
+    fn empty(rate: u64, burst: u64) -> Self;
+
+    /// Waits for `tokens` and takes them.
+    fn take(&self, tokens: u32) -> impl Future<Output = ()> + Send + '_;
+}
+
+#[derive(Clone)]
+struct Ours(TokenBucket);
+
+impl Limiter for Ours {
+    const TOKIO_CLOCK: bool = true;
+
+    fn empty(rate: u64, burst: u64) -> Self {
+        let bucket = TokenBucket::builder()
+            .rate(Rate::per_second(rate))
+            .capacity(burst)
+            .initial(0)
+            .build()
+            .expect("valid bucket settings");
+        Ours(bucket)
+    }
+
+    async fn take(&self, tokens: u32) {
+        self.0.take(u64::from(tokens)).await.expect("take failed");
+    }
+}
+
+#[derive(Clone)]
+struct Governor(Arc<DefaultDirectRateLimiter>);
+
+impl Limiter for Governor {
+    const TOKIO_CLOCK: bool = false;
+
+    fn empty(rate: u64, burst: u64) -> Self {
+        let quota = Quota::per_second(non_zero(rate)).allow_burst(non_zero(burst));
+        let limiter = governor::RateLimiter::direct(quota);
+        // governor starts full; take the whole burst so that it starts empty.
+        limiter
+            .check_n(non_zero(burst))
+            .expect("the burst fits the quota")
+            .expect("a new governor limiter is full");
+        Governor(Arc::new(limiter))
+    }
+
+    async fn take(&self, tokens: u32) {
+        match NonZeroU32::new(tokens) {
+            None => {}
+            Some(n) if n.get() == 1 => self.0.until_ready().await,
+            Some(n) => self.0.until_n_ready(n).await.expect("within the burst"),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Leaky(Arc<leaky_bucket::RateLimiter>);
+
+impl Limiter for Leaky {
+    const TOKIO_CLOCK: bool = true;
+
+    fn empty(rate: u64, burst: u64) -> Self {
+        let (refill, interval) = leaky_refill(rate);
+        assert!(
+            refill <= burst,
+            "leaky-bucket would lose tokens: refill {refill} > max {burst}"
+        );
+        let limiter = leaky_bucket::RateLimiter::builder()
+            .max(to_usize(burst))
+            .initial(0)
+            .refill(to_usize(refill))
+            .interval(interval)
+            .fair(true)
+            .build();
+        Leaky(Arc::new(limiter))
+    }
+
+    async fn take(&self, tokens: u32) {
+        self.0.acquire(to_usize(u64::from(tokens))).await;
+    }
+}
+
+/// `rate` per second as leaky-bucket's `refill` tokens every `interval` of whole
+/// milliseconds, exactly: `r / g` tokens every `1000 / g` ms with `g = gcd(r, 1000)`.
+fn leaky_refill(rate: u64) -> (u64, Duration) {
+    let g = gcd(rate, 1_000);
+    (rate / g, Duration::from_millis(1_000 / g))
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn non_zero(n: u64) -> NonZeroU32 {
+    u32::try_from(n)
+        .ok()
+        .and_then(NonZeroU32::new)
+        .expect("a non-zero u32")
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).expect("fits in usize")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Crate {
+    Ours,
+    Governor,
+    Leaky,
+}
+
+impl Crate {
+    const ALL: [Crate; 3] = [Crate::Ours, Crate::Governor, Crate::Leaky];
+
+    fn name(self) -> &'static str {
+        match self {
+            Crate::Ours => "ours",
+            Crate::Governor => "governor",
+            Crate::Leaky => "leaky-bucket",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Crate> {
+        Crate::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Precision { rate: u64 },
+    Waiters,
+    Fairness,
+    Cancellation,
+}
+
+const SCENARIOS: [(&str, Kind); 6] = [
+    ("precision-1k", Kind::Precision { rate: 1_000 }),
+    ("precision-100k", Kind::Precision { rate: 100_000 }),
+    ("precision-1m", Kind::Precision { rate: 1_000_000 }),
+    ("waiters", Kind::Waiters),
+    ("fairness", Kind::Fairness),
+    ("cancellation", Kind::Cancellation),
+];
+
+fn scenario(name: &str) -> Option<Kind> {
+    SCENARIOS.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+}
+
+fn run_scenario<L: Limiter>(kind: Kind) {
+    match kind {
+        Kind::Precision { rate } => precision::<L>(rate),
+        Kind::Waiters => waiters::<L>(),
+        Kind::Fairness => fairness::<L>(),
+        Kind::Cancellation => cancellation::<L>(),
+    }
+}
+
+/// A counter alone on its cache line, so that the looping tasks do not contend on one.
+#[derive(Default)]
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+fn precision<L: Limiter>(rate: u64) {
+    let burst = (rate / 1_000).max(1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(PRECISION_WORKERS)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let slots: Arc<[Slot]> = (0..PRECISION_TASKS).map(|_| Slot::default()).collect();
+        let cpu = CpuMeter::start();
+        let limiter = L::empty(rate, burst);
+        let start = Instant::now();
+        for task in 0..PRECISION_TASKS {
+            let (limiter, slots) = (limiter.clone(), Arc::clone(&slots));
+            tokio::spawn(async move {
+                loop {
+                    limiter.take(1).await;
+                    slots[task].0.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        tokio::time::sleep_until((start + PRECISION_RUN).into()).await;
+        let granted: u64 = slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let elapsed = start.elapsed();
+        let cpu_ns = cpu.elapsed_ns();
+        let ideal = rate as f64 * elapsed.as_secs_f64();
+        record("rate", rate);
+        record("burst", burst);
+        record("tokens", granted);
+        record("elapsed_s", elapsed.as_secs_f64());
+        record("share", granted as f64 / ideal);
+        record("cpu_ns", cpu_ns);
+        record("cpu_per_token_ns", cpu_ns as f64 / granted.max(1) as f64);
+        record(
+            "cpu_cores",
+            cpu_ns as f64 / elapsed.as_nanos().max(1) as f64,
+        );
+    });
+    runtime.shutdown_background();
+}
+
+/// Tasks that have polled their request once; used to know when all are queued.
+static STARTED: AtomicU64 = AtomicU64::new(0);
+/// Waiters served; the watchdog reports it if the drain does not finish.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+static ALL_SERVED: Notify = Notify::const_new();
+
+fn paused_runtime(paused: bool) -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(paused)
+        .build()
+        .expect("a runtime")
+}
+
+/// Yields until `count` tasks have polled their request once. On a current-thread runtime
+/// a task's poll is over before this one runs again, so they are all queued then.
+async fn until_started(count: u64) {
+    while STARTED.load(Ordering::Acquire) < count {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn waiters<L: Limiter>() {
+    let runtime = paused_runtime(true);
+    runtime.block_on(async {
+        let limiter = L::empty(WAITERS_RATE, 1);
+        let start = tokio::time::Instant::now();
+        let rss_before = status_bytes("VmRSS");
+        let cpu = CpuMeter::start();
+        for _ in 0..WAITERS {
+            let limiter = limiter.clone();
+            // The handle is dropped: nothing but the task itself is kept per waiter.
+            drop(tokio::spawn(async move {
+                STARTED.fetch_add(1, Ordering::Release);
+                limiter.take(1).await;
+                if SERVED.fetch_add(1, Ordering::AcqRel) + 1 == WAITERS {
+                    ALL_SERVED.notify_one();
+                }
+            }));
+        }
+        until_started(WAITERS).await;
+        let rss_after = status_bytes("VmRSS");
+        let queue_cpu_ns = cpu.elapsed_ns();
+        let per_waiter = rss_after.saturating_sub(rss_before) as f64 / WAITERS as f64;
+        record("waiters", WAITERS);
+        record("rss_before_b", rss_before);
+        record("rss_after_b", rss_after);
+        record("mem_per_waiter_b", per_waiter);
+        record(
+            "queue_cpu_per_waiter_ns",
+            queue_cpu_ns as f64 / WAITERS as f64,
+        );
+        eprintln!(
+            "    {WAITERS} waiters queued: VmRSS +{:.1} MiB ({per_waiter:.0} B each); draining",
+            rss_after.saturating_sub(rss_before) as f64 / MIB
+        );
+        let drain = CpuMeter::start();
+        ALL_SERVED.notified().await;
+        let drain_ns = drain.elapsed_ns();
+        record("drain_cpu_ns", drain_ns);
+        record("drain_cpu_per_waiter_ns", drain_ns as f64 / WAITERS as f64);
+        record("drain_clock_s", start.elapsed().as_secs_f64());
+        record("vmhwm_b", status_bytes("VmHWM"));
+    });
+    runtime.shutdown_background();
+}
+
+fn fairness<L: Limiter>() {
+    let paused = L::TOKIO_CLOCK;
+    let runtime = paused_runtime(paused);
+    runtime.block_on(async {
+        let limiter = L::empty(FAIRNESS_RATE, u64::from(FAIRNESS_BIG));
+        let start = tokio::time::Instant::now();
+        let small = Arc::new(AtomicU64::new(0));
+        let big = {
+            let (limiter, small) = (limiter.clone(), Arc::clone(&small));
+            tokio::spawn(async move {
+                STARTED.fetch_add(1, Ordering::Release);
+                limiter.take(FAIRNESS_BIG).await;
+                (start.elapsed(), small.load(Ordering::Acquire))
+            })
+        };
+        until_started(1).await;
+        for _ in 0..FAIRNESS_SMALL_TASKS {
+            let (limiter, small) = (limiter.clone(), Arc::clone(&small));
+            tokio::spawn(async move {
+                loop {
+                    limiter.take(1).await;
+                    small.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+        }
+        record("clock", if paused { "paused" } else { "real" });
+        match tokio::time::timeout(FAIRNESS_LIMIT, big).await {
+            Ok(result) => {
+                let (served, small_before) = result.expect("the big request's task");
+                record("served_s", served.as_secs_f64());
+                record("small_before", small_before);
+            }
+            Err(_) => {
+                record("starved_s", FAIRNESS_LIMIT.as_secs());
+                record("small_before", small.load(Ordering::Acquire));
+            }
+        }
+    });
+    runtime.shutdown_background();
+}
+
+fn cancellation<L: Limiter>() {
+    let runtime = paused_runtime(false);
+    runtime.block_on(async {
+        let cpu = CpuMeter::start();
+        let limiter = L::empty(1, 1);
+        let start = tokio::time::Instant::now();
+        let gave_up = Arc::new(AtomicU64::new(0));
+        let granted = Arc::new(AtomicU64::new(0));
+        for _ in 0..CANCELLED {
+            let limiter = limiter.clone();
+            let (gave_up, granted) = (Arc::clone(&gave_up), Arc::clone(&granted));
+            tokio::spawn(async move {
+                STARTED.fetch_add(1, Ordering::Release);
+                match tokio::time::timeout(CANCEL_TIMEOUT, limiter.take(1)).await {
+                    Ok(()) => granted.fetch_add(1, Ordering::AcqRel),
+                    Err(_) => gave_up.fetch_add(1, Ordering::AcqRel),
+                };
+            });
+        }
+        until_started(CANCELLED).await;
+        record("queued_after_s", start.elapsed().as_secs_f64());
+        match tokio::time::timeout(CANCEL_LIMIT, limiter.take(1)).await {
+            Ok(()) => record("served_s", start.elapsed().as_secs_f64()),
+            Err(_) => record("not_served_s", CANCEL_LIMIT.as_secs()),
+        }
+        record("cpu_ns", cpu.elapsed_ns());
+        record("gave_up", gave_up.load(Ordering::Acquire));
+        record("granted", granted.load(Ordering::Acquire));
+    });
+    runtime.shutdown_background();
+}
+
+// ---------------------------------------------------------------------------------------
+// Process figures from /proc.
+// ---------------------------------------------------------------------------------------
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// CPU time of the whole process: schedstat summed over its threads, with the
+/// `/proc/self/stat` tick count beside it as a cross-check.
+struct CpuMeter {
+    schedstat: Option<u64>,
+    ticks: u64,
+}
+
+impl CpuMeter {
+    fn start() -> CpuMeter {
+        CpuMeter {
+            schedstat: schedstat_ns(),
+            ticks: stat_cpu_ns(),
+        }
+    }
+
+    /// CPU nanoseconds used since `start`.
+    fn elapsed_ns(&self) -> u64 {
+        let ticks = stat_cpu_ns().saturating_sub(self.ticks);
+        let Some(start) = self.schedstat else {
+            return ticks;
+        };
+        let Some(now) = schedstat_ns() else {
+            return ticks;
+        };
+        let precise = now.saturating_sub(start);
+        let tolerance = 20_000_000 + precise / 20;
+        if precise.abs_diff(ticks) > tolerance {
+            eprintln!(
+                "    warning: schedstat says {:.3} s of CPU, /proc/self/stat {:.3} s",
+                precise as f64 / 1e9,
+                ticks as f64 / 1e9
+            );
+        }
+        precise
+    }
+}
+
+/// Nanoseconds on a CPU, summed over the process's live threads.
+fn schedstat_ns() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = entry.ok()?.path().join("schedstat");
+        // A thread may end between listing and reading; it then counts nothing.
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// `utime + stime` of the process, from `/proc/self/stat`, in nanoseconds.
+fn stat_cpu_ns() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces), starting at field 3.
+    let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> u64 { fields.get(n - 3).and_then(|f| f.parse().ok()).unwrap_or(0) };
+    let ticks = field(14) + field(15);
+    ticks * 1_000_000_000 / clock_ticks()
+}
+
+fn clock_ticks() -> u64 {
+    std::env::var(CLK_TCK_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(100)
+}
+
+/// A `kB` line of `/proc/self/status`, in bytes.
+fn status_bytes(key: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    text.lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+// ---------------------------------------------------------------------------------------
+// The child: one scenario for one crate, reporting one line.
+// ---------------------------------------------------------------------------------------
+
+static REPORT: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+fn record(key: &str, value: impl Display) {
+    let value = value.to_string();
+    debug_assert!(!value.contains(char::is_whitespace));
+    REPORT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((key.to_owned(), value));
+}
+
+/// Prints the `RESULT` line once (the main thread and the watchdog may race) and exits
+/// without running destructors, so a stuck runtime cannot hold the process up.
+fn report_and_exit() -> ! {
+    if REPORTED.swap(true, Ordering::AcqRel) {
+        loop {
+            std::thread::park();
+        }
+    }
+    let report = REPORT.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut line = String::from("RESULT");
+    for (key, value) in report.iter() {
+        line.push_str(&format!(" {key}={value}"));
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+    std::process::exit(0);
+}
+
+fn child(scenario_name: &str, crate_name: &str) -> ExitCode {
+    let (Some(kind), Some(krate)) = (scenario(scenario_name), Crate::parse(crate_name)) else {
+        eprintln!("unknown scenario or crate: {scenario_name} {crate_name}");
+        return ExitCode::FAILURE;
+    };
+    std::thread::spawn(|| {
+        std::thread::sleep(LIMIT);
+        record("timed_out_s", LIMIT.as_secs());
+        record("served_before_limit", SERVED.load(Ordering::Acquire));
+        report_and_exit();
+    });
+    match krate {
+        Crate::Ours => run_scenario::<Ours>(kind),
+        Crate::Governor => run_scenario::<Governor>(kind),
+        Crate::Leaky => run_scenario::<Leaky>(kind),
+    }
+    report_and_exit();
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent: one child per (scenario, crate), then the table.
+// ---------------------------------------------------------------------------------------
+
+type Fields = BTreeMap<String, String>;
+
+/// What came back from one child.
+enum Outcome {
+    Done(Fields),
+    Failed(String),
+}
+
+impl Outcome {
+    fn fields(&self) -> Option<&Fields> {
+        match self {
+            Outcome::Done(fields) => Some(fields),
+            Outcome::Failed(_) => None,
+        }
+    }
+
+    fn number(&self, key: &str) -> Option<f64> {
+        self.fields()?.get(key)?.parse().ok()
+    }
+
+    fn timed_out(&self) -> bool {
+        self.fields().is_some_and(|f| f.contains_key("timed_out_s"))
+    }
+}
+
+fn run_child(exe: &std::path::Path, scenario: &str, krate: Crate, clk_tck: u64) -> Outcome {
+    let spawned = Command::new(exe)
+        .args(["run", scenario, krate.name()])
+        .env(CLK_TCK_ENV, clk_tck.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => return Outcome::Failed(format!("could not start: {error}")),
+    };
+    let deadline = Instant::now() + LIMIT + KILL_GRACE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let waited = (LIMIT + KILL_GRACE).as_secs();
+                return Outcome::Failed(format!("killed after {waited} s"));
+            }
+            Err(error) => return Outcome::Failed(format!("wait failed: {error}")),
+        }
+    };
+    let mut output = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = stdout.read_to_string(&mut output);
+    }
+    let Some(line) = output.lines().find_map(|l| l.strip_prefix("RESULT")) else {
+        return Outcome::Failed(format!("no result ({status})"));
+    };
+    let fields = line
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    Outcome::Done(fields)
+}
+
+fn getconf_clk_tck() -> (u64, bool) {
+    let asked = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&t| t > 0);
+    match asked {
+        Some(ticks) => (ticks, true),
+        None => (100, false),
+    }
+}
+
+type Results = BTreeMap<(&'static str, Crate), Outcome>;
+
+/// One line of the table.
+#[derive(Clone, Copy)]
+enum Metric {
+    Share {
+        scenario: &'static str,
+        at_least: f64,
+    },
+    CpuPerToken {
+        scenario: &'static str,
+    },
+    MemoryPerWaiter,
+    PeakRss,
+    DrainCpu,
+    FairnessServed,
+    CancelServed,
+    CancelCpu,
+}
+
+const METRICS: [(Metric, &str, &str); 12] = [
+    (
+        Metric::Share {
+            scenario: "precision-1k",
+            at_least: 0.99,
+        },
+        "Precision 1,000/s, burst 1: share of rate",
+        "≥ 0.99",
+    ),
+    (
+        Metric::CpuPerToken {
+            scenario: "precision-1k",
+        },
+        "Precision 1,000/s: CPU per token",
+        "(not set)",
+    ),
+    (
+        Metric::Share {
+            scenario: "precision-100k",
+            at_least: 0.999,
+        },
+        "Precision 100,000/s, burst 100: share of rate",
+        "≥ 0.999",
+    ),
+    (
+        Metric::CpuPerToken {
+            scenario: "precision-100k",
+        },
+        "Precision 100,000/s: CPU per token",
+        "≤ leaky-bucket's",
+    ),
+    (
+        Metric::Share {
+            scenario: "precision-1m",
+            at_least: 0.999,
+        },
+        "Precision 1,000,000/s, burst 1,000: share of rate",
+        "≥ 0.999",
+    ),
+    (
+        Metric::CpuPerToken {
+            scenario: "precision-1m",
+        },
+        "Precision 1,000,000/s: CPU per token",
+        "≤ leaky-bucket's",
+    ),
+    (
+        Metric::MemoryPerWaiter,
+        "100,000 waiters: memory per waiter (task included)",
+        "< 584 B",
+    ),
+    (
+        Metric::PeakRss,
+        "100,000 waiters: peak RSS of the process (VmHWM)",
+        "(not set)",
+    ),
+    (
+        Metric::DrainCpu,
+        "100,000 waiters: CPU to drain, per waiter",
+        "< 2.2 µs",
+    ),
+    (
+        Metric::FairnessServed,
+        "Fairness: take(10) queued before 20 × take(1) loops, 10/s",
+        "served first, at 1 s",
+    ),
+    (
+        Metric::CancelServed,
+        "Cancellation: 1,000 waiters time out, next take served at",
+        "1 s",
+    ),
+    (
+        Metric::CancelCpu,
+        "Cancellation: process CPU",
+        "no higher than the peers'",
+    ),
+];
+
+impl Metric {
+    fn scenario(self) -> &'static str {
+        match self {
+            Metric::Share { scenario, .. } | Metric::CpuPerToken { scenario } => scenario,
+            Metric::MemoryPerWaiter | Metric::PeakRss | Metric::DrainCpu => "waiters",
+            Metric::FairnessServed => "fairness",
+            Metric::CancelServed | Metric::CancelCpu => "cancellation",
+        }
+    }
+
+    /// The figure compared against the target, when there is one.
+    fn value(self, outcome: &Outcome) -> Option<f64> {
+        match self {
+            Metric::Share { .. } => outcome.number("share"),
+            Metric::CpuPerToken { .. } => outcome.number("cpu_per_token_ns"),
+            Metric::MemoryPerWaiter => outcome.number("mem_per_waiter_b"),
+            Metric::PeakRss => outcome.number("vmhwm_b"),
+            Metric::DrainCpu => outcome.number("drain_cpu_per_waiter_ns"),
+            Metric::FairnessServed => outcome.number("served_s"),
+            Metric::CancelServed => outcome.number("served_s"),
+            Metric::CancelCpu => outcome.number("cpu_ns"),
+        }
+    }
+
+    fn cell(self, outcome: Option<&Outcome>) -> String {
+        let Some(outcome) = outcome else {
+            return "(not run)".to_owned();
+        };
+        if let Outcome::Failed(why) = outcome {
+            return format!("error: {why}");
+        }
+        let value = self.value(outcome);
+        let n = |key: &str| outcome.number(key).unwrap_or(f64::NAN);
+        match (self, value) {
+            (Metric::Share { .. }, Some(share)) => {
+                format!("{share:.4} ({:.0} tokens)", n("tokens"))
+            }
+            (Metric::CpuPerToken { .. }, Some(ns)) => {
+                format!("{ns:.0} ns ({:.2} cores)", n("cpu_cores"))
+            }
+            (Metric::MemoryPerWaiter, Some(bytes)) => format!("{bytes:.0} B"),
+            (Metric::PeakRss, Some(bytes)) => format!("{:.1} MiB", bytes / MIB),
+            (Metric::DrainCpu, Some(ns)) => format!("{:.2} µs", ns / 1_000.0),
+            (Metric::DrainCpu, None) if outcome.timed_out() => format!(
+                "does not finish ({:.0} of {WAITERS} served in {} s)",
+                n("served_before_limit"),
+                LIMIT.as_secs()
+            ),
+            (Metric::FairnessServed, Some(secs)) => format!(
+                "{secs:.3} s, {:.0} small first ({} time)",
+                n("small_before"),
+                outcome
+                    .fields()
+                    .and_then(|f| f.get("clock"))
+                    .map_or("?", |c| c)
+            ),
+            (Metric::FairnessServed, None) if outcome.number("starved_s").is_some() => format!(
+                "starved (not in {:.0} s; {:.0} small served; {} time)",
+                n("starved_s"),
+                n("small_before"),
+                outcome
+                    .fields()
+                    .and_then(|f| f.get("clock"))
+                    .map_or("?", |c| c)
+            ),
+            (Metric::CancelServed, Some(secs)) => format!(
+                "{secs:.3} s ({:.0} gave up, {:.0} served)",
+                n("gave_up"),
+                n("granted")
+            ),
+            (Metric::CancelServed, None) if outcome.number("not_served_s").is_some() => {
+                format!("not served in {:.0} s", n("not_served_s"))
+            }
+            (Metric::CancelCpu, Some(ns)) => format!("{:.2} ms", ns / 1e6),
+            (_, None) if outcome.timed_out() => {
+                format!("does not finish (timed out after {} s)", LIMIT.as_secs())
+            }
+            (_, _) => "(missing)".to_owned(),
+        }
+    }
+
+    /// Whether our figure meets the target: "yes", "no" or "—" (no target or no figure).
+    fn verdict(self, results: &Results) -> &'static str {
+        let value = |krate| {
+            results
+                .get(&(self.scenario(), krate))
+                .and_then(|outcome| self.value(outcome))
+        };
+        let Some(ours) = value(Crate::Ours) else {
+            return "—";
+        };
+        let peers = [value(Crate::Governor), value(Crate::Leaky)];
+        let meets = match self {
+            Metric::Share { at_least, .. } => ours >= at_least,
+            Metric::CpuPerToken { scenario } if scenario != "precision-1k" => {
+                match value(Crate::Leaky) {
+                    Some(leaky) => ours <= leaky,
+                    None => return "—",
+                }
+            }
+            Metric::MemoryPerWaiter => ours < 584.0,
+            Metric::DrainCpu => ours < 2_200.0,
+            Metric::FairnessServed => {
+                let small_first = results
+                    .get(&(self.scenario(), Crate::Ours))
+                    .and_then(|o| o.number("small_before"));
+                small_first == Some(0.0) && (ours - 1.0).abs() < 0.01
+            }
+            Metric::CancelServed => (ours - 1.0).abs() < 0.01,
+            Metric::CancelCpu => peers.iter().flatten().all(|&peer| ours <= peer),
+            Metric::CpuPerToken { .. } | Metric::PeakRss => return "—",
+        };
+        if meets {
+            "yes"
+        } else {
+            "no"
+        }
+    }
+}
+
+fn print_table(results: &Results) {
+    println!(
+        "| Scenario | ours (token-bucket) | governor 0.10 | leaky-bucket 1.1 | what we want | ours meets it |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (metric, label, want) in METRICS {
+        let scenario = metric.scenario();
+        if !Crate::ALL
+            .iter()
+            .any(|&krate| results.contains_key(&(scenario, krate)))
+        {
+            continue;
+        }
+        let cells: Vec<String> = Crate::ALL
+            .iter()
+            .map(|&krate| metric.cell(results.get(&(scenario, krate))))
+            .collect();
+        println!(
+            "| {label} | {} | {} | {} | {want} | {} |",
+            cells[0],
+            cells[1],
+            cells[2],
+            metric.verdict(results)
+        );
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+fn parent(filters: &[String]) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(error) => {
+            eprintln!("cannot find this executable: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (clk_tck, asked) = getconf_clk_tck();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load_before = load_average();
+    let runs: Vec<(&'static str, Crate)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .flat_map(|&(name, _)| Crate::ALL.into_iter().map(move |krate| (name, krate)))
+        .collect();
+    if runs.is_empty() {
+        eprintln!("no scenario matches {filters:?}");
+        return ExitCode::FAILURE;
+    }
+    eprintln!(
+        "scenarios: {} runs, one process each; {cores} CPUs, load average {load_before}",
+        runs.len()
+    );
+    let total = Instant::now();
+    let mut results = Results::new();
+    for (i, &(scenario, krate)) in runs.iter().enumerate() {
+        eprintln!("[{}/{}] {scenario} / {}", i + 1, runs.len(), krate.name());
+        let started = Instant::now();
+        let outcome = run_child(&exe, scenario, krate, clk_tck);
+        let note = match &outcome {
+            Outcome::Done(_) if outcome.timed_out() => {
+                format!("timed out after {} s", LIMIT.as_secs())
+            }
+            Outcome::Done(_) => "ok".to_owned(),
+            Outcome::Failed(why) => why.clone(),
+        };
+        eprintln!("    {note} in {:.1} s", started.elapsed().as_secs_f64());
+        results.insert((scenario, krate), outcome);
+    }
+    let elapsed = total.elapsed();
+
+    println!();
+    print_table(&results);
+    println!();
+    println!(
+        "{} runs in {:.1} s on {cores} CPUs (load average {load_before} before, {} after). \
+         CPU: schedstat summed over threads (CLK_TCK {clk_tck}{} for the cross-check). \
+         Precision runs: 8 tasks, multi-thread runtime with 2 workers, real time. \
+         Waiters: paused time (governor runs in real time regardless). \
+         Fairness: paused time for ours and leaky-bucket, real time for governor. \
+         Cancellation: real time for all. leaky-bucket: refill r/gcd(r,1000) every \
+         1000/gcd(r,1000) ms, max = burst, fair.",
+        runs.len(),
+        elapsed.as_secs_f64(),
+        load_average(),
+        if asked { " from getconf" } else { ", assumed" },
+    );
+    eprintln!("total: {:.1} s", elapsed.as_secs_f64());
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    match args.as_slice() {
+        [run, scenario, krate] if run == "run" => child(scenario, krate),
+        filters => parent(filters),
+    }
+}
