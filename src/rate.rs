@@ -264,22 +264,35 @@ impl ParseRateError {
     pub fn input(&self) -> &str {
         &self.input
     }
-}
 
-impl fmt::Display for ParseRateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let why = match self.reason {
+    /// What is wrong with it, without the input: for callers that parse part of a larger
+    /// text and want to word the error themselves.
+    ///
+    /// ```
+    /// use token_bucket::Rate;
+    ///
+    /// let error = "5/0ms".parse::<Rate>().unwrap_err();
+    /// assert_eq!(error.reason(), "the period must be longer than zero");
+    /// ```
+    pub fn reason(&self) -> &'static str {
+        match self.reason {
             Reason::MissingSlash => "expected <amount>/<period>",
             Reason::BadAmount => "the amount before '/' must be a whole number of tokens",
             Reason::ZeroAmount => "the amount must be at least 1 token",
             Reason::BadUnit => "the period's unit must be one of ns, us, ms, s, min, h, d",
             Reason::ZeroPeriod => "the period must be longer than zero",
             Reason::PeriodTooLong => "the period is longer than Duration::MAX",
-        };
+        }
+    }
+}
+
+impl fmt::Display for ParseRateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid rate {:?}: {why} (for example \"100/s\", \"5/250ms\" or \"1/2h\")",
-            self.input
+            "invalid rate {:?}: {} (for example \"100/s\", \"5/250ms\" or \"1/2h\")",
+            self.input,
+            self.reason()
         )
     }
 }

@@ -74,7 +74,10 @@ fn bad_arguments_are_refused_naming_the_value() {
         ("20/s --burst 5KiB", "\"5KiB\""),
         ("--bytes 12XB/s", "\"12XB/s\""),
         ("--bytes 0KiB/s", "at least 1 byte"),
-        ("--bytes 64KiB/fortnight", "period"),
+        ("--bytes 64KiB/fortnight", "the period's unit"),
+        ("--bytes 64KiB/0s", "longer than zero"),
+        ("--bytes 99999999999GiB/s", "below 16 EiB"),
+        ("5/s --burst 2 --burst 3", "--burst given twice"),
         ("20/s --fast", "\"--fast\""),
     ] {
         let error = args(text).expect_err(text).to_string();

@@ -107,7 +107,14 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Ar
                 set_rate(&mut options, parse_byte_rate(&text)?)?;
                 options.unit = Unit::Bytes;
             }
-            "--burst" => burst_text = Some(value_of("--burst")?),
+            "--burst" => {
+                let text = value_of("--burst")?;
+                if let Some(first) = burst_text.replace(text) {
+                    return Err(ArgsError(format!(
+                        "--burst given twice (first {first:?}); give it once"
+                    )));
+                }
+            }
             flag if flag.starts_with('-') => {
                 return Err(ArgsError(format!("unknown option {flag:?} (see --help)")));
             }
@@ -189,14 +196,15 @@ pub fn parse_byte_rate(text: &str) -> Result<Rate, ArgsError> {
         .split_once('/')
         .ok_or_else(|| invalid("expected <size>/<period>"))?;
     let bytes = parse_size(size).ok_or_else(|| {
-        invalid("the size is not a whole number of B, KB, KiB, MB, MiB, GB or GiB")
+        invalid("the size must be a whole number of B, KB, KiB, MB, MiB, GB or GiB, below 16 EiB")
     })?;
     if bytes == 0 {
         return Err(invalid("the size must be at least 1 byte"));
     }
+    // The period is written as in a line rate, so the line rate's parser judges it.
     let period = format!("1/{period}")
         .parse::<Rate>()
-        .map_err(|_| invalid("the period's unit must be one of ns, us, ms, s, min, h, d"))?
+        .map_err(|error| invalid(error.reason()))?
         .period();
     Ok(Rate::new(bytes, period))
 }
@@ -212,11 +220,16 @@ pub struct Summary {
     pub longest_wait: Duration,
 }
 
+/// How often the progress line is redrawn.
+const DRAW_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Draws the live progress line, at most ten times a second.
 pub struct Progress<P: Write> {
     out: Option<P>,
     unit: Unit,
-    last_draw: Option<Instant>,
+    /// The last draw, or the start: the first line waits a full interval so that the
+    /// rate it shows is measured over something.
+    last_draw: Instant,
 }
 
 impl<P: Write> Progress<P> {
@@ -225,7 +238,7 @@ impl<P: Write> Progress<P> {
         Progress {
             out,
             unit,
-            last_draw: None,
+            last_draw: Instant::now(),
         }
     }
 
@@ -240,14 +253,10 @@ impl<P: Write> Progress<P> {
             return;
         };
         let now = Instant::now();
-        if !force
-            && self
-                .last_draw
-                .is_some_and(|at| now - at < Duration::from_millis(100))
-        {
+        if !force && now - self.last_draw < DRAW_INTERVAL {
             return;
         }
-        self.last_draw = Some(now);
+        self.last_draw = now;
         let seconds = summary.elapsed.as_secs_f64();
         let achieved = if seconds > 0.0 {
             summary.items as f64 / seconds

@@ -28,61 +28,64 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let stdin = std::io::stdin();
     let mut input = BufReader::new(tokio::io::stdin());
-    // A terminal, or an input that is empty (or closed) from the start, means there is
-    // nothing to throttle: show what the tool does instead.
-    let has_input =
-        !stdin.is_terminal() && matches!(input.fill_buf().await, Ok(bytes) if !bytes.is_empty());
     let stderr = std::io::stderr();
     let show_progress = !options.quiet && stderr.is_terminal();
-    let mut progress = Progress::new(show_progress.then_some(stderr), options.unit);
-    let unit = if has_input { options.unit } else { Unit::Lines };
-    let result = if has_input {
-        let Some(rate) = options.rate else {
-            eprintln!("throttle: no RATE given (see --help)");
-            return ExitCode::from(2);
-        };
-        let bucket = match options.bucket(rate) {
-            Ok(bucket) => bucket,
-            Err(error) => {
-                eprintln!("throttle: {error}");
+    let (result, unit) = match options.rate {
+        Some(rate) => {
+            // A rate was given: throttle whatever standard input holds, even nothing.
+            let bucket = match options.bucket(rate) {
+                Ok(bucket) => bucket,
+                Err(error) => {
+                    eprintln!("throttle: {error}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut progress = Progress::new(show_progress.then_some(stderr), options.unit);
+            let result = cli::pipe(
+                input,
+                tokio::io::stdout(),
+                options.unit,
+                &bucket,
+                &mut progress,
+            )
+            .await;
+            (result, options.unit)
+        }
+        None => {
+            // No rate: with nothing on standard input (a terminal, or empty or closed),
+            // show what the tool does; with something there, the rate is missing.
+            let has_input = !std::io::stdin().is_terminal()
+                && matches!(input.fill_buf().await, Ok(bytes) if !bytes.is_empty());
+            if has_input {
+                eprintln!("throttle: no RATE given (see --help)");
                 return ExitCode::from(2);
             }
-        };
-        cli::pipe(
-            input,
-            tokio::io::stdout(),
-            options.unit,
-            &bucket,
-            &mut progress,
-        )
-        .await
-    } else {
-        let (rate, burst) = match options.rate {
-            Some(rate) => (rate, options.burst.unwrap_or(cli::DEMO_BURST)),
-            None => (cli::DEMO_RATE, cli::DEMO_BURST),
-        };
-        eprintln!(
-            "throttle: nothing on standard input, so here is a demonstration: 20 lines at \
-             {rate} with bursts of {burst}. Try: seq 1 100 | cargo run --example throttle -- 20/s --burst 5"
-        );
-        let bucket = match token_bucket::TokenBucket::new(rate, burst) {
-            Ok(bucket) => bucket,
-            Err(error) => {
-                eprintln!("throttle: {error}");
-                return ExitCode::from(2);
-            }
-        };
-        let demo = cli::demo_input();
-        cli::pipe(
-            &demo[..],
-            tokio::io::stdout(),
-            Unit::Lines,
-            &bucket,
-            &mut progress,
-        )
-        .await
+            eprintln!(
+                "throttle: nothing on standard input, so here is a demonstration: 20 lines at \
+                 {} with bursts of {}. Try: seq 1 100 | cargo run --example throttle -- 20/s --burst 5",
+                cli::DEMO_RATE,
+                cli::DEMO_BURST
+            );
+            let bucket = match token_bucket::TokenBucket::new(cli::DEMO_RATE, cli::DEMO_BURST) {
+                Ok(bucket) => bucket,
+                Err(error) => {
+                    eprintln!("throttle: {error}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut progress = Progress::new(show_progress.then_some(stderr), Unit::Lines);
+            let demo = cli::demo_input();
+            let result = cli::pipe(
+                &demo[..],
+                tokio::io::stdout(),
+                Unit::Lines,
+                &bucket,
+                &mut progress,
+            )
+            .await;
+            (result, Unit::Lines)
+        }
     };
     match result {
         Ok(summary) => {
