@@ -1,10 +1,15 @@
 //! [`TokenBucket`], the public handle, and the state its clones share.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use futures::channel::oneshot as signal;
+use futures::future::{FusedFuture, FutureExt, Shared as SharedFuture};
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, Notify};
 
@@ -27,6 +32,11 @@ pub(crate) struct Shared {
     /// Whether a refill task is alive; an atomic so that its guard can clear it without
     /// the lock.
     pub(crate) refill_running: AtomicBool,
+    /// Fired by [`TokenBucket::close`] (or dropped with the bucket): what every [`Closed`]
+    /// waits on. A shared oneshot rather than a `Notify`: its clones are `'static` and
+    /// `Unpin` without boxing, and once fired it stays fired, so no wake-up can be lost.
+    close_sender: Mutex<Option<signal::Sender<()>>>,
+    close_signal: SharedFuture<signal::Receiver<()>>,
 }
 
 impl Shared {
@@ -137,12 +147,15 @@ impl TokenBucket {
         settings.validate()?;
         let clock = Clock::start();
         let state = State::new(settings, clock.now());
+        let (close_sender, close_receiver) = signal::channel();
         Ok(TokenBucket {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 clock,
                 refill_signal: Arc::new(Notify::new()),
                 refill_running: AtomicBool::new(false),
+                close_sender: Mutex::new(Some(close_sender)),
+                close_signal: close_receiver.shared(),
             }),
         })
     }
@@ -451,6 +464,64 @@ impl TokenBucket {
     /// ```
     pub fn close(&self) {
         self.update(State::close);
+        // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
+        let sender = self
+            .shared
+            .close_sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(sender) = sender {
+            // Nobody listening is fine: the signal lives as long as the bucket does.
+            let _ = sender.send(());
+        }
+    }
+
+    /// A future that resolves once the bucket is [closed](TokenBucket::close), at once if
+    /// it already is.
+    ///
+    /// For a task that must stop waiting on something else when the bucket closes: a
+    /// throttled stream uses it to end while its inner stream has nothing to say. When it
+    /// resolves, [`is_closed`](TokenBucket::is_closed) is true. It also resolves when every
+    /// handle to the bucket is dropped, since nobody can then be served by it; it holds no
+    /// handle itself, so it does not keep the bucket alive.
+    ///
+    /// The future is `Send`, `'static` and `Unpin`; making one is as cheap as cloning a
+    /// handle, and waiting on it needs no runtime. Any number may wait at once; a close
+    /// wakes them all.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. It takes nothing and holds no place in the bucket's queue: dropping it
+    /// only stops listening, and a new one made later resolves as this one would have.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// let closer = bucket.clone();
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     closer.close();
+    /// });
+    /// let start = tokio::time::Instant::now();
+    /// bucket.closed().await;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// assert!(bucket.is_closed());
+    /// // Already closed: it resolves at once.
+    /// bucket.closed().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn closed(&self) -> Closed {
+        Closed {
+            signal: Some(self.shared.close_signal.clone()),
+        }
     }
 
     /// Whether [`close`](TokenBucket::close) was called.
@@ -553,5 +624,72 @@ impl fmt::Debug for TokenBucket {
             .field("queued", &stats.queued)
             .field("closed", &stats.closed)
             .finish()
+    }
+}
+
+/// A future that resolves once a [`TokenBucket`] is [closed](TokenBucket::close) (or every
+/// handle to it is dropped): made by [`TokenBucket::closed`].
+///
+/// It is `Send`, `Sync`, `'static` and `Unpin`, and fused: polled again after it resolved,
+/// it resolves again at once.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it only stops listening.
+///
+/// # Examples
+///
+/// ```
+/// use futures::future::{select, Either};
+/// use std::pin::pin;
+/// use token_bucket::{Closed, Rate, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+/// let (sender, receiver) = tokio::sync::oneshot::channel::<&str>();
+/// // Wait for a message, or for the bucket to close, whichever comes first.
+/// let closed: Closed = bucket.closed();
+/// bucket.close();
+/// match select(closed, pin!(receiver)).await {
+///     Either::Left(((), _)) => assert!(bucket.is_closed()),
+///     Either::Right(_) => unreachable!("nothing was sent"),
+/// }
+/// # drop(sender);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct Closed {
+    /// `None` once resolved.
+    signal: Option<SharedFuture<signal::Receiver<()>>>,
+}
+
+impl Future for Closed {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(signal) = &mut self.signal {
+            // `Ok` for a close, `Err(Canceled)` when the bucket was dropped: both end it.
+            let _ = ready!(Pin::new(signal).poll(cx));
+            self.signal = None;
+        }
+        Poll::Ready(())
+    }
+}
+
+impl FusedFuture for Closed {
+    fn is_terminated(&self) -> bool {
+        self.signal.is_none()
+    }
+}
+
+impl fmt::Debug for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let resolved = self
+            .signal
+            .as_ref()
+            .map_or(true, |signal| signal.peek().is_some());
+        f.debug_struct("Closed").field("closed", &resolved).finish()
     }
 }

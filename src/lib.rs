@@ -72,7 +72,7 @@ mod state;
 mod stats;
 pub mod stream;
 
-pub use bucket::TokenBucket;
+pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;
 pub use error::{ConfigError, TakeError, TryTakeError};
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};

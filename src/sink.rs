@@ -34,9 +34,10 @@
 //! an ordinary [`take`](TokenBucket::take), the sink shares the bucket's FIFO queue with
 //! everyone else.
 //!
-//! A token reserved but never spent (the sink dropped or closed before `start_send`) is
-//! [refunded](TokenBucket::refund), and a pending `Take` is cancel safe, so abandoning the
-//! sink at any point loses no tokens.
+//! A token reserved but never spent (the sink dropped or closed before `start_send`, or
+//! the inner sink's `start_send` refusing the item) is [refunded](TokenBucket::refund),
+//! and a pending `Take` is cancel safe, so abandoning the sink at any point loses no
+//! tokens.
 
 use std::error::Error;
 use std::fmt;
@@ -140,19 +141,22 @@ impl Drop for Permit {
 /// [`TokenBucket::throttle_sink`].
 ///
 /// `poll_ready` first waits for a token (taking it, in the bucket's FIFO queue), then
-/// polls the inner sink's `poll_ready`; `start_send` spends that token. A token once taken
-/// stays reserved until an item is sent, so calling `poll_ready` again, or an inner sink
-/// that is not ready yet, takes no second token. `poll_flush` and `poll_close` pass
-/// through; `poll_close` first refunds a reserved token, since no item will come for it.
+/// polls the inner sink's `poll_ready`; `start_send` spends that token, or
+/// [refunds](TokenBucket::refund) it when the inner sink's `start_send` fails (the item
+/// was not accepted). A token once taken stays reserved until an item is sent, so calling
+/// `poll_ready` again, or an inner sink that is not ready yet, takes no second token.
+/// `poll_flush` and `poll_close` pass through; `poll_close` first refunds a reserved
+/// token, since no item will come for it.
 ///
 /// # Errors
 ///
 /// [`ThrottleSinkError::Bucket`] when the bucket refuses the token: it is
 /// [closed](TokenBucket::close), or the wait had to happen outside a tokio runtime, or
 /// queueing would pass the bucket's [queue limit](crate::Builder::queue_limit).
-/// [`ThrottleSinkError::Sink`] for the inner sink's own errors.
-/// [`ThrottleSinkError::NotReady`] when `start_send` is called without a token reserved by
-/// `poll_ready` (a breach of the `Sink` contract); the item is then not sent.
+/// [`ThrottleSinkError::Sink`] for the inner sink's own errors (when its `start_send`
+/// fails, the item's token is refunded). [`ThrottleSinkError::NotReady`] when
+/// `start_send` is called without a token reserved by `poll_ready` (a breach of the `Sink`
+/// contract); the item is then not sent.
 ///
 /// It is `Unpin` when the inner sink is, and `Send` when it is.
 ///
@@ -160,7 +164,7 @@ impl Drop for Permit {
 ///
 /// Dropping it at any point loses no tokens: a `poll_ready` still waiting drops its
 /// cancel-safe [`Take`], which takes nothing, and a token reserved by `poll_ready` but
-/// never spent by `start_send` is [refunded](TokenBucket::refund).
+/// never spent on an accepted item is [refunded](TokenBucket::refund).
 ///
 /// # Examples
 ///
@@ -284,7 +288,11 @@ where
         if !this.permit.spend() {
             return Err(ThrottleSinkError::NotReady);
         }
-        this.sink.start_send(item).map_err(ThrottleSinkError::Sink)
+        this.sink.start_send(item).map_err(|error| {
+            // The item was not accepted: the token it would have spent goes back.
+            this.permit.bucket.refund(1);
+            ThrottleSinkError::Sink(error)
+        })
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {

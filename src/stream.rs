@@ -30,16 +30,23 @@
 //! 1. With no item in hand it pulls the next item from the inner stream and asks the cost
 //!    function what it costs. Pulling first is what lets the cost depend on the item, and
 //!    it means a stream with nothing to say holds no tokens and no place in the queue.
-//! 2. It pays with [`TokenBucket::take`] in installments of at most the bucket's capacity,
-//!    so an item costing more than a bucketful is delayed in proportion rather than
-//!    refused. Being an ordinary `take`, each installment waits in the same FIFO queue as
-//!    every other user of the bucket.
+//! 2. It pays with [`TokenBucket::take`] in installments of at most the bucket's capacity
+//!    and [queue limit](crate::Builder::queue_limit), so an item costing more than a
+//!    bucketful is delayed in proportion rather than refused, and the adapter alone never
+//!    trips the limit. Being an ordinary `take`, each installment waits in the same FIFO
+//!    queue as every other user of the bucket.
 //! 3. Once paid, it yields the item. Items come out in the order they went in.
 //!
-//! When the bucket is closed, or cannot serve it for another reason (see
-//! [`ThrottleBy::end_reason`]), the adapter ends: an item already pulled is still yielded,
-//! never dropped, and nothing more is pulled, so [`ThrottleBy::into_inner`] gives back the
-//! stream with every item not yet seen.
+//! While the inner stream has nothing to say, the adapter also listens for the bucket's
+//! [close](TokenBucket::closed), so a close ends it at once rather than at the inner
+//! stream's next item.
+//!
+//! When the bucket is closed, the adapter ends: an item already pulled is still yielded
+//! (the close limits nothing any more), and nothing more is pulled, so
+//! [`ThrottleBy::into_inner`] gives back the stream with every item not yet seen. When the
+//! bucket refuses it for another reason (a full queue, no runtime; see
+//! [`ThrottleBy::end_reason`]) the item it holds is *not* yielded unpaid: the adapter ends
+//! and keeps it, for [`ThrottleBy::into_parts`] to give back.
 //!
 //! Dropping the adapter mid-wait loses no tokens: the pending `Take` is cancel safe, and
 //! installments already paid for the item in hand are [refunded](TokenBucket::refund).
@@ -52,7 +59,7 @@ use std::task::{ready, Context, Poll};
 use futures::stream::{FusedStream, Stream};
 use pin_project::pin_project;
 
-use crate::bucket::TokenBucket;
+use crate::bucket::{Closed, TokenBucket};
 use crate::error::TakeError;
 use crate::future::Take;
 
@@ -91,9 +98,9 @@ impl TokenBucket {
     /// yielded.
     ///
     /// `cost` is called once per item, after the item is pulled from `stream`. A cost of 0
-    /// passes at once without touching the bucket; a cost above the capacity is taken in
-    /// capacity-sized installments. See [`ThrottleBy`] for how it ends and what dropping it
-    /// does.
+    /// passes at once without touching the bucket; a cost above the capacity (or the
+    /// [queue limit](crate::Builder::queue_limit)) is taken in installments of at most
+    /// that. See [`ThrottleBy`] for how it ends and what dropping it does.
     ///
     /// # Examples
     ///
@@ -154,6 +161,8 @@ enum Run {
 #[derive(Debug)]
 struct Toll {
     bucket: TokenBucket,
+    /// Resolves when the bucket closes: polled while the inner stream is pending.
+    closed: Closed,
     /// The installment being taken, and how many tokens it is for.
     installment: Option<(Take, u64)>,
     /// Tokens still to take for the item in hand.
@@ -165,6 +174,7 @@ struct Toll {
 impl Toll {
     fn new(bucket: TokenBucket) -> Toll {
         Toll {
+            closed: bucket.closed(),
             bucket,
             installment: None,
             owed: 0,
@@ -202,14 +212,29 @@ impl Toll {
                 self.paid = 0;
                 return Poll::Ready(Ok(()));
             }
-            // Read the capacity for every installment: it may have changed since the last.
-            let tokens = self.owed.min(self.bucket.capacity());
+            let tokens = self.installment_size();
             self.installment = Some((self.bucket.take(tokens), tokens));
         }
     }
 
-    /// The item in hand is yielded although not fully paid for (the bucket could serve it
-    /// no further): what was paid went to it, and nothing more is owed.
+    /// The next installment: what is owed, but no more than the bucket's capacity nor its
+    /// queue limit (at least 1, so that with a limit of 0 a bucket holding the tokens still
+    /// serves them). Both are read afresh each time: the capacity may have changed.
+    fn installment_size(&self) -> u64 {
+        let limit = self
+            .bucket
+            .queue_limit()
+            .map_or(u64::MAX, |limit| limit.max(1));
+        self.owed.min(self.bucket.capacity()).min(limit)
+    }
+
+    /// Whether the bucket has closed, registering to be woken when it does.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.closed).poll(cx)
+    }
+
+    /// The item in hand is yielded although not fully paid for (the bucket closed, so it
+    /// limits nothing any more): what was paid went to it, and nothing more is owed.
     fn forgive(&mut self) {
         self.installment = None;
         self.owed = 0;
@@ -240,26 +265,44 @@ impl Drop for Toll {
 /// by [`TokenBucket::throttle_by`].
 ///
 /// Items come out in order, each once its tokens are taken. The cost is asked for after
-/// the item is pulled from the inner stream; a cost of 0 passes at once, and a cost above
-/// the capacity is taken in capacity-sized installments (the capacity is read afresh for
-/// each, and an installment refused because the capacity was lowered meanwhile is retried
-/// at the new capacity). Installments wait in the bucket's FIFO queue like any other
-/// [`take`](TokenBucket::take), so other users of the bucket can be served between them.
+/// the item is pulled from the inner stream; a cost of 0 passes at once, and a larger cost
+/// is taken in installments of at most the bucket's capacity and its
+/// [queue limit](crate::Builder::queue_limit) (both read afresh for each installment, and
+/// an installment refused because the capacity was lowered meanwhile is retried at the new
+/// capacity). So a cost above either is delayed in proportion, never refused, and the
+/// adapter on its own never fills the queue past its limit. Installments wait in the
+/// bucket's FIFO queue like any other [`take`](TokenBucket::take), so other users of the
+/// bucket can be served between them.
 ///
 /// # Ending
 ///
-/// The adapter ends when the inner stream ends, or when the bucket cannot serve it: it is
-/// closed ([`TakeError::Closed`]), or the request had to wait outside a tokio runtime
-/// ([`TakeError::NoRuntime`]), or queueing would pass the bucket's
-/// [queue limit](crate::Builder::queue_limit) ([`TakeError::QueueFull`]). An item
-/// already pulled from the inner stream is still yielded (data is never dropped, and a
-/// closed bucket limits nothing any more), then `poll_next` returns `None` for good, and
-/// [`end_reason`](ThrottleBy::end_reason) says why. A bucket already closed is noticed
-/// before the next item is pulled, so [`into_inner`](ThrottleBy::into_inner) gives back
-/// every item not yet yielded.
+/// Once it ends, `poll_next` returns `None` for good and
+/// [`end_reason`](ThrottleBy::end_reason) says why. It ends in one of three ways:
+///
+/// - **The inner stream ends.** `end_reason` is `None`.
+/// - **The bucket is closed** ([`TakeError::Closed`]). An item already pulled and waiting
+///   for its tokens is still yielded first: a closed bucket limits nothing any more, and
+///   the item is not lost. Nothing more is pulled: the close is seen before the next item
+///   is pulled, and also while the inner stream has nothing to say (the adapter listens
+///   for [`TokenBucket::closed`] then), so it ends at the instant of the close even if the
+///   inner stream would stay pending for ever, and [`into_inner`](ThrottleBy::into_inner)
+///   gives back every item not yet yielded.
+/// - **The bucket refuses an installment for another reason**: queueing it would pass the
+///   queue limit ([`TakeError::QueueFull`]; only possible while others are queued too, or
+///   with a limit of 0, and possibly only for a moment), or it had to wait outside a
+///   tokio runtime ([`TakeError::NoRuntime`]). This is load shedding, and the adapter does
+///   not decide what to do about it: the item it holds is **not** yielded, since it was
+///   not paid for, the installments already paid for it are
+///   [refunded](TokenBucket::refund), and the adapter ends keeping the item.
+///   [`into_parts`](ThrottleBy::into_parts) gives it back, with the inner stream and every
+///   item after it, for the caller to retry later, send elsewhere or drop.
 ///
 /// It is `Unpin` when the inner stream is, `Send` when the stream, its items and the cost
 /// function are, and a [`FusedStream`].
+///
+/// Its `size_hint` is advisory but never wrong: the upper bound is the inner stream's plus
+/// the item held, if any, and the lower bound is 0, since the bucket can end the adapter
+/// at any time (a close, a refusal) and a refused item is not yielded.
 ///
 /// # Cancel safety
 ///
@@ -311,9 +354,11 @@ pub struct ThrottleBy<S: Stream, F> {
 }
 
 impl<S: Stream, F> ThrottleBy<S, F> {
-    /// Why the adapter ended, if the bucket ended it: [`TakeError::Closed`],
-    /// [`TakeError::NoRuntime`] or [`TakeError::QueueFull`]. `None` while it runs and when
-    /// the inner stream ended on its own.
+    /// Why the adapter ended, if the bucket ended it: [`TakeError::Closed`] (after
+    /// yielding the item it held), or [`TakeError::QueueFull`] or [`TakeError::NoRuntime`]
+    /// (keeping the item it held, for [`into_parts`](ThrottleBy::into_parts)). `None`
+    /// while it runs and when the inner stream ended on its own. See
+    /// [Ending](ThrottleBy#ending).
     ///
     /// ```
     /// use futures::{stream, StreamExt};
@@ -328,6 +373,36 @@ impl<S: Stream, F> ThrottleBy<S, F> {
     /// bucket.close();
     /// assert_eq!(throttled.next().await, None);
     /// assert_eq!(throttled.end_reason(), Some(TakeError::Closed));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A full queue sheds the item held rather than letting it through unpaid:
+    ///
+    /// ```
+    /// use futures::{stream, StreamExt};
+    /// use token_bucket::{Rate, TakeError, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .capacity(10)
+    ///     .initial(0)
+    ///     .queue_limit(10)
+    ///     .build()?;
+    /// // Someone else fills the queue.
+    /// let mut other = bucket.take(10);
+    /// assert!(futures::poll!(&mut other).is_pending());
+    /// let mut throttled = bucket.throttle_by(stream::iter(["a", "b"]), |_| 1);
+    /// assert_eq!(throttled.next().await, None);
+    /// assert_eq!(throttled.end_reason(), Some(TakeError::QueueFull { queued: 10, limit: 10 }));
+    /// // The caller decides: here, retry once the queue has room.
+    /// let (rest, held) = throttled.into_parts();
+    /// assert_eq!(held, Some("a"));
+    /// other.await?;
+    /// let retried = bucket.throttle_by(stream::iter(held).chain(rest), |_| 1);
+    /// assert_eq!(retried.collect::<Vec<_>>().await, ["a", "b"]);
     /// # Ok(())
     /// # }
     /// ```
@@ -413,7 +488,9 @@ impl<S: Stream, F> ThrottleBy<S, F> {
         self.into_parts().0
     }
 
-    /// The inner stream, and the item already pulled from it but not yet yielded, if any.
+    /// The inner stream, and the item already pulled from it but not yet yielded, if any:
+    /// one still waiting for its tokens, or one the bucket refused (see
+    /// [Ending](ThrottleBy#ending)).
     ///
     /// The installments paid for that item are refunded: it leaves without passing the
     /// throttle.
@@ -450,43 +527,66 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         let this = self.project();
+        if *this.run != Run::Running {
+            // An item still held here was refused by the bucket: `into_parts` gives it back.
+            return Poll::Ready(None);
+        }
         if this.item.is_none() {
-            if *this.run != Run::Running {
-                return Poll::Ready(None);
-            }
             // Pull nothing the bucket can no longer pay for: the item stays in the inner
-            // stream, where `into_inner` gives it back. (A close while we wait on the
-            // inner stream is seen here when it wakes us.)
+            // stream, where `into_inner` gives it back.
             if this.toll.bucket.is_closed() {
                 *this.run = Run::Ended(TakeError::Closed);
                 return Poll::Ready(None);
             }
-            let Some(item) = ready!(this.stream.poll_next(cx)) else {
-                *this.run = Run::Exhausted;
-                return Poll::Ready(None);
-            };
-            this.toll.charge((this.cost)(&item));
-            *this.item = Some(item);
+            match this.stream.poll_next(cx) {
+                Poll::Ready(Some(item)) => {
+                    this.toll.charge((this.cost)(&item));
+                    *this.item = Some(item);
+                }
+                Poll::Ready(None) => {
+                    *this.run = Run::Exhausted;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    // The inner stream may stay pending for ever (a channel whose sender
+                    // lives on): listen for the close too, so that it ends us at once.
+                    if this.toll.poll_closed(cx).is_ready() {
+                        *this.run = Run::Ended(TakeError::Closed);
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Pending;
+                }
+            }
         }
-        if let Err(error) = ready!(this.toll.poll_pay(cx)) {
-            // The bucket can take nothing more. The item is out of the inner stream, so it
-            // is yielded rather than lost, and the adapter ends after it.
-            this.toll.forgive();
-            *this.run = Run::Ended(error);
+        match ready!(this.toll.poll_pay(cx)) {
+            Ok(()) => {}
+            Err(TakeError::Closed) => {
+                // A closed bucket limits nothing any more. The item is out of the inner
+                // stream, so it is yielded rather than lost, and the adapter ends after it.
+                this.toll.forgive();
+                *this.run = Run::Ended(TakeError::Closed);
+            }
+            Err(error) => {
+                // Load shedding: the bucket refuses to pay for the item, so it does not go
+                // out unpaid. Give back what was paid for it and end, keeping the item for
+                // `into_parts`: the caller decides what becomes of it.
+                this.toll.cancel();
+                *this.run = Run::Ended(error);
+                return Poll::Ready(None);
+            }
         }
         Poll::Ready(this.item.take())
     }
 
+    /// The lower bound is 0: the bucket can end the adapter at any time (see
+    /// [Ending](ThrottleBy#ending)). The upper bound counts the item held.
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let held = usize::from(self.item.is_some());
         if self.run != Run::Running {
-            return (held, Some(held));
+            return (0, Some(0));
         }
-        let (lower, upper) = self.stream.size_hint();
-        (
-            lower.saturating_add(held),
-            upper.and_then(|upper| upper.checked_add(held)),
-        )
+        let held = usize::from(self.item.is_some());
+        let (_, upper) = self.stream.size_hint();
+        (0, upper.and_then(|upper| upper.checked_add(held)))
     }
 }
 
@@ -495,10 +595,11 @@ where
     S: Stream,
     F: FnMut(&S::Item) -> u64,
 {
-    /// True once `poll_next` has returned `None`: the adapter never polls the inner stream
-    /// again after that, so it is fused whether or not the inner stream is.
+    /// True once the adapter has ended (`poll_next` returns `None` from then on): it never
+    /// polls the inner stream again after that, so it is fused whether or not the inner
+    /// stream is.
     fn is_terminated(&self) -> bool {
-        self.item.is_none() && self.run != Run::Running
+        self.run != Run::Running
     }
 }
 
@@ -525,16 +626,19 @@ where
 /// without a function type. Items come out in order, each once its token is taken, in the
 /// bucket's FIFO queue like any other [`take`](TokenBucket::take).
 ///
-/// It ends as [`ThrottleBy`] does: when the inner stream ends, or when the bucket is
-/// closed (or cannot serve it; see [`end_reason`](Throttle::end_reason)), after yielding
-/// any item already pulled. It is `Unpin` when the inner stream is, `Send` when the stream
-/// and its items are, and a [`FusedStream`].
+/// It ends as [`ThrottleBy`] does (see [Ending](ThrottleBy#ending)): when the inner stream
+/// ends; when the bucket is closed, at once even while the inner stream is pending, after
+/// yielding any item already pulled; or when the bucket refuses the token for another
+/// reason ([`end_reason`](Throttle::end_reason) says which), keeping the item it held
+/// unyielded for [`into_parts`](Throttle::into_parts). Its `size_hint` has a lower bound
+/// of 0 for the same reason. It is `Unpin` when the inner stream is, `Send` when the
+/// stream and its items are, and a [`FusedStream`].
 ///
 /// # Cancel safety
 ///
 /// Dropping it at any point loses no tokens: the pending [`Take`] takes nothing when
-/// dropped. The item already pulled and waiting for its token is dropped with it;
-/// [`into_parts`](Throttle::into_parts) gives it back instead.
+/// dropped. The item already pulled and waiting for its token (or refused) is dropped with
+/// it; [`into_parts`](Throttle::into_parts) gives it back instead.
 ///
 /// # Examples
 ///
@@ -661,7 +765,8 @@ impl<S: Stream> Throttle<S> {
         self.inner.into_inner()
     }
 
-    /// The inner stream, and the item already pulled from it but not yet yielded, if any.
+    /// The inner stream, and the item already pulled from it but not yet yielded, if any:
+    /// one still waiting for its token, or one the bucket refused.
     ///
     /// ```
     /// use futures::{stream, StreamExt};

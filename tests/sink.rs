@@ -198,6 +198,48 @@ async fn the_inner_sinks_errors_pass_through_and_its_unused_token_goes_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_failed_start_send_refunds_the_token_it_would_have_spent() {
+    let bucket = TokenBucket::new(Rate::per_hour(1), 5).unwrap();
+    let (sender, receiver) = mpsc::unbounded::<u32>();
+    let mut sink = bucket.throttle_sink(sender);
+    poll_fn(|cx| sink.poll_ready_unpin(cx)).await.unwrap();
+    assert_eq!(bucket.available(), 4);
+    // The receiver goes between poll_ready and start_send: the item is refused.
+    drop(receiver);
+    match sink.start_send_unpin(1) {
+        Err(ThrottleSinkError::Sink(error)) => assert!(error.is_disconnected()),
+        other => panic!("expected the channel's error, got {other:?}"),
+    }
+    let stats = bucket.stats();
+    assert_eq!((stats.available, stats.refunded), (5, 1));
+    // The token was spent on the attempt: it is not reserved any more, nor refunded twice.
+    assert_eq!(sink.start_send_unpin(2), Err(ThrottleSinkError::NotReady));
+    drop(sink);
+    assert_eq!(bucket.stats().refunded, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_start_send_refunds_in_time_for_the_next_waiter() {
+    let bucket = empty_bucket(Rate::per_second(1), 1);
+    let start = Instant::now();
+    let (sender, receiver) = mpsc::unbounded::<u32>();
+    let mut sink = bucket.throttle_sink(sender);
+    poll_fn(|cx| sink.poll_ready_unpin(cx)).await.unwrap();
+    assert_now(start, secs(1));
+    let other = bucket.clone();
+    let take = tokio::spawn(async move {
+        other.take(1).await.unwrap();
+        Instant::now()
+    });
+    yield_until(|| bucket.queued() == 1).await;
+    tokio::time::sleep(ms(300)).await;
+    drop(receiver);
+    assert!(sink.start_send_unpin(1).is_err());
+    // The refunded token serves the queued take at once, not at 2 s.
+    assert_at(start, take.await.unwrap(), ms(1300));
+}
+
+#[tokio::test(start_paused = true)]
 async fn start_send_without_poll_ready_is_refused() {
     let bucket = TokenBucket::new(Rate::per_second(1), 5).unwrap();
     let (sender, receiver) = mpsc::unbounded::<u32>();
