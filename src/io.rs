@@ -27,49 +27,77 @@
 //! # }
 //! ```
 //!
-//! # Pay before, refund the rest
+//! # Design
 //!
-//! A read or write cannot know in advance how many bytes the inner stream will take or
-//! give, and a byte must not move before it is paid for (or the rate would only hold on
-//! average, after the fact). So each operation first reserves tokens with
-//! [`take`](TokenBucket::take), for as many bytes as the caller's buffer holds but never
-//! more than the bucket's capacity (a larger request could never be granted). Only then
-//! is the inner stream called, with the buffer cut down to the bytes reserved. Whatever
-//! it did not use (a short read or write, end of file, an error) is
-//! [refunded](TokenBucket::refund) at once, so the budget is never lost.
+//! No byte reaches the caller (when reading) or the inner writer (when writing) before its
+//! token is taken with [`take`](TokenBucket::take), so the rate holds at every instant, not
+//! only on average. Each `take` waits its turn in the bucket's FIFO queue like any other,
+//! so the wrappers and every other user of the bucket (other wrappers included) share its
+//! budget fairly. Bytes move in *pieces*, one `take` each, never larger than
+//! `min(buffer, capacity, queue limit)`: a larger request could never be granted, or could
+//! never queue. `read_exact` and `write_all` simply loop; no byte is lost, duplicated or
+//! reordered.
 //!
-//! It follows that:
+//! **Reads: read, then pay, then deliver.** A read cannot know how many bytes will come, so
+//! [`LimitRead`] first reads a piece from the inner reader into a buffer of its own (at
+//! most [`MAX_READ_PIECE`] bytes), then takes exactly one token per byte that came, and
+//! only then copies the bytes into the caller's buffer. It follows that:
 //!
-//! - Reads and writes are split into pieces no larger than the capacity. A `read` with a
-//!   1 MiB buffer on a bucket of capacity 64 KiB returns at most 64 KiB; `write_all` and
-//!   `read_exact` simply loop. No byte is lost, duplicated or reordered.
-//! - The reservation waits its turn in the bucket's FIFO queue like any `take`, so the
-//!   wrappers and every other user of the bucket (other wrappers included) share its
-//!   budget fairly.
-//! - If the inner stream is not ready (`Poll::Pending`), the reservation is kept for the
-//!   next call, which spends it rather than paying again; it is never charged twice.
-//! - A read waits until a whole piece (`min(buffer, capacity)` tokens) is paid for, even
-//!   if fewer bytes then come. The surplus is refunded, so the rate is unaffected, but the
-//!   wait is spent. Finding the end of a stream costs one wait for a piece (with an empty
-//!   bucket, `read_to_end` of 1 MiB at 64 KiB/s takes 17 s, not 16), and a source that
-//!   gives less than a piece per read runs behind the ideal schedule by the difference.
-//!   Smaller buffers (or a smaller capacity) mean smaller pieces and less latency.
-//! - A surplus refunded into a bucket that filled up meanwhile is capped at the capacity,
-//!   as every refund is.
+//! - A reader with no data holds no tokens and no place in the queue, however long its
+//!   connection stays idle; idle connections never delay active ones.
+//! - A short read pays for what it read, nothing more, and the end of a stream costs
+//!   nothing: with an empty 64 KiB/s bucket of capacity 64 KiB, 1 MiB takes exactly 16 s
+//!   with `read_exact`, `read_to_end` or `tokio::io::copy`.
+//! - At most one piece is pulled from the inner reader ahead of the caller, so memory per
+//!   wrapper is bounded (the buffer is allocated on the first read, as large as the
+//!   largest piece so far) and back-pressure still reaches the peer.
+//! - If the caller's next buffer is smaller than the paid bytes, it gets what fits; the
+//!   rest stays paid for and is delivered next, without paying again.
+//! - Dropping the wrapper, or [`into_inner`](LimitRead::into_inner), discards bytes read
+//!   but not yet delivered, as tokio's `BufReader` does, and refunds the tokens paid for
+//!   them; [`buffered`](LimitRead::buffered) shows them and
+//!   [`into_parts`](LimitRead::into_parts) hands them over. Either way the bucket is
+//!   charged only for bytes delivered.
+//!
+//! **Writes: pay, then write, then refund the rest.** A byte written cannot be taken back,
+//! so [`LimitWrite`] takes tokens for a piece first, hands the inner writer exactly that
+//! piece, and [refunds](TokenBucket::refund) whatever it did not accept (a short write, an
+//! error). If the inner writer is not ready (`Poll::Pending`: a slow peer, a full pipe),
+//! the whole piece is refunded at once and taken again, from the back of the queue, when
+//! the writer is woken. Losing the place in the queue is the price of never sitting on
+//! tokens others could use while the peer is slow. Nothing is charged twice: the bucket's
+//! `taken - refunded` is exactly the bytes written (each such round trip counts in both
+//! [`Stats::taken`](crate::Stats::taken) and [`Stats::refunded`](crate::Stats::refunded)).
+//!
+//! Also:
+//!
+//! - Pieces never exceed the [queue limit](crate::Builder::queue_limit), so a wrapper alone
+//!   never trips it. With a queue limit of zero nothing may queue: a piece (of
+//!   `min(buffer, capacity)` bytes) is served only if its tokens are there at once, and
+//!   otherwise fails with [`TakeError::QueueFull`].
+//! - A refund into a bucket that filled up meanwhile is capped at the capacity, as every
+//!   refund is.
 //! - Zero-length reads and writes, `flush` and `shutdown` cost nothing and go straight to
 //!   the inner stream.
 //!
 //! # Errors
 //!
-//! When the reservation fails, because the bucket was [closed](TokenBucket::close), its
+//! When a `take` fails, because the bucket was [closed](TokenBucket::close), its
 //! [queue limit](crate::Builder::queue_limit) was reached, or a request had to wait
-//! outside a tokio runtime, the operation fails with an
-//! [`io::Error`] of kind [`Other`](io::ErrorKind::Other) whose message is the
-//! [`TakeError`]'s, and which wraps it: `error.get_ref()` downcasts to `TakeError`. The
-//! inner stream is not called, so it gives up no byte that is not returned. Tokens
-//! reserved before the bucket was closed are still spent. If
-//! [`set_capacity`](TokenBucket::set_capacity) lowers the capacity below a pending
-//! reservation, the reservation is made again at the new capacity instead of failing.
+//! outside a tokio runtime, the operation fails with an [`io::Error`] of kind
+//! [`Other`](io::ErrorKind::Other) whose message is the [`TakeError`]'s, and which wraps
+//! it: `error.get_ref()` downcasts to `TakeError`. A write then has not called the inner
+//! writer. A read may already hold the bytes of its piece: they stay in the wrapper's
+//! buffer ([`LimitRead::buffered`]) and the next read tries to pay for them again; once the
+//! bucket is closed the inner reader is not read any more. Tokens taken before the bucket
+//! was closed are still spent. If [`set_capacity`](TokenBucket::set_capacity) lowers the
+//! capacity below a pending `take`, it is made again at the new capacity instead of
+//! failing.
+//!
+//! An inner writer that claims to have written more bytes than it was given fails the
+//! write with an [`io::Error`] of kind [`InvalidData`](io::ErrorKind::InvalidData) rather
+//! than passing on an impossible count; it is charged for the whole piece, which it may
+//! have sent.
 
 use std::fmt;
 use std::future::Future;
@@ -84,11 +112,17 @@ use crate::bucket::TokenBucket;
 use crate::error::TakeError;
 use crate::future::Take;
 
+/// The most bytes a [`LimitRead`] reads from its inner reader at once, and so the most it
+/// buffers: 64 KiB. Pieces are smaller when the caller's buffer, the bucket's capacity or
+/// its queue limit is.
+pub const MAX_READ_PIECE: usize = 64 * 1024;
+
 impl TokenBucket {
     /// Wraps `reader` so that every byte read from it costs one token of this bucket.
     ///
-    /// Each read waits for `min(buffer, capacity)` tokens, reads at most that many bytes,
-    /// and refunds what it did not read; see [the module docs](crate::io).
+    /// Each read reads a piece from `reader` into the wrapper's buffer, takes one token
+    /// for each byte that came, and only then hands the bytes over. A reader with nothing
+    /// to read holds no tokens; see [the module docs](crate::io).
     ///
     /// ```
     /// use std::time::Duration;
@@ -100,23 +134,25 @@ impl TokenBucket {
     /// let bucket = TokenBucket::builder().rate(Rate::per_second(100)).capacity(100).initial(0).build()?;
     /// let start = tokio::time::Instant::now();
     /// let mut reader = bucket.limit_read(&[1u8; 300][..]);
-    /// let mut bytes = [0; 300];
-    /// reader.read_exact(&mut bytes).await?;
+    /// let mut bytes = Vec::new();
+    /// reader.read_to_end(&mut bytes).await?;
+    /// // 300 bytes at 100 a second; finding the end costs nothing.
     /// assert_eq!(start.elapsed(), Duration::from_secs(3));
+    /// assert_eq!(bytes.len(), 300);
     /// # Ok(())
     /// # }
     /// ```
     pub fn limit_read<R: AsyncRead>(&self, reader: R) -> LimitRead<R> {
         LimitRead {
             inner: reader,
-            budget: Budget::new(self.clone()),
+            held: Held::new(self.clone()),
         }
     }
 
     /// Wraps `writer` so that every byte written to it costs one token of this bucket.
     ///
-    /// Each write waits for `min(buffer, capacity)` tokens, writes at most that many
-    /// bytes, and refunds what was not written; see [the module docs](crate::io).
+    /// Each write waits for `min(buffer, capacity, queue limit)` tokens, writes at most
+    /// that many bytes, and refunds what was not written; see [the module docs](crate::io).
     ///
     /// ```
     /// use std::time::Duration;
@@ -144,19 +180,26 @@ impl TokenBucket {
 /// An [`AsyncRead`] that pays one token of a [`TokenBucket`] per byte read, from
 /// [`TokenBucket::limit_read`].
 ///
-/// Each read reserves `min(buffer, capacity)` tokens, waiting its turn in the bucket's
-/// queue, reads at most that many bytes from the inner reader, and refunds the rest. If
-/// the inner reader also implements [`AsyncWrite`], writes pass through unthrottled, so a
+/// Each read first reads a piece of at most `min(buffer, capacity, queue limit,`
+/// [`MAX_READ_PIECE`]`)` bytes from the inner reader into a buffer of the wrapper's own,
+/// then takes one token per byte that came, waiting its turn in the bucket's queue, and
+/// only then copies the bytes into the caller's buffer. So a reader waiting for data holds
+/// no tokens and no place in the queue, and the end of the stream costs nothing. If the
+/// inner reader also implements [`AsyncWrite`], writes pass through unthrottled, so a
 /// socket can be limited in one direction only.
 ///
 /// # Cancel safety
 ///
 /// Dropping a pending read (say, `reader.read(&mut buf)` losing a `select!`) loses no
-/// bytes: a pending read has put nothing in the buffer. Its reservation, queued or
-/// granted, stays with the wrapper and pays for the next read, which is not charged again.
-/// Dropping the wrapper (or calling [`into_inner`](LimitRead::into_inner)) gives a
-/// granted but unspent reservation back to the bucket and leaves the queue without
-/// taking anything.
+/// bytes and no tokens: bytes already pulled from the inner reader stay in the wrapper's
+/// buffer, and their `take`, queued or granted, stays with the wrapper. The next read,
+/// whatever its buffer, delivers them first and pays for them once.
+///
+/// Dropping the wrapper, or calling [`into_inner`](LimitRead::into_inner), discards bytes
+/// read from the inner reader but not yet delivered, as tokio's `BufReader` does. Tokens
+/// already paid for them are refunded; a `take` still pending leaves the queue taking
+/// nothing. [`buffered`](LimitRead::buffered) shows those bytes, and
+/// [`into_parts`](LimitRead::into_parts) hands them over with the inner reader.
 ///
 /// ```
 /// use token_bucket::{Rate, TokenBucket};
@@ -181,26 +224,29 @@ impl TokenBucket {
 pub struct LimitRead<R> {
     #[pin]
     inner: R,
-    budget: Budget,
+    held: Held,
 }
 
 /// An [`AsyncWrite`] that pays one token of a [`TokenBucket`] per byte written, from
 /// [`TokenBucket::limit_write`].
 ///
-/// Each write reserves `min(buffer, capacity)` tokens, waiting its turn in the bucket's
-/// queue, writes at most that many bytes to the inner writer, and refunds what was not
-/// written. Flushing and shutting down cost nothing. If the inner writer also implements
-/// [`AsyncRead`], reads pass through unthrottled.
+/// Each write takes `min(buffer, capacity, queue limit)` tokens, waiting its turn in the
+/// bucket's queue, writes at most that many bytes to the inner writer, and refunds what
+/// was not written. If the inner writer is not ready, the tokens are refunded at once, so
+/// a writer blocked by a slow peer holds none. Flushing and shutting down cost nothing. If
+/// the inner writer also implements [`AsyncRead`], reads pass through unthrottled.
 ///
 /// # Cancel safety
 ///
 /// Dropping a pending write (say, `writer.write(buf)` losing a `select!`) means nothing
-/// was written, as with any `AsyncWrite`. Its reservation, queued or granted, stays with
-/// the wrapper and pays for the next write, even one with a different buffer (a surplus is
-/// refunded), so nothing is charged twice. `write_all` is not cancel safe, for the usual
-/// reason: it may have written part of its buffer. Dropping the wrapper (or calling
-/// [`into_inner`](LimitWrite::into_inner)) gives a granted but unspent reservation back to
-/// the bucket and leaves the queue without taking anything; so does shutting it down.
+/// was written, as with any `AsyncWrite`. If it was waiting for tokens, its `take`, queued
+/// or granted, stays with the wrapper and pays for the next write, even one with a
+/// different buffer (a surplus is refunded), so nothing is charged twice. If it was
+/// waiting for the inner writer, it holds no tokens: they were refunded when the writer
+/// said it was not ready. `write_all` is not cancel safe, for the usual reason: it may have
+/// written part of its buffer. Dropping the wrapper (or calling
+/// [`into_inner`](LimitWrite::into_inner)) gives a granted but unseen `take` back to the
+/// bucket and leaves the queue without taking anything; so does shutting it down.
 ///
 /// ```
 /// use token_bucket::{Rate, TokenBucket};
@@ -227,7 +273,7 @@ pub struct LimitWrite<W> {
 
 /// Implements the accessors shared by both wrappers.
 macro_rules! accessors {
-    ($wrapper:ident, $inner:ident, $setup:literal) => {
+    ($wrapper:ident, $inner:ident, $setup:literal, $bypass:literal) => {
         impl<$inner> $wrapper<$inner> {
             /// The wrapped stream.
             ///
@@ -242,8 +288,8 @@ macro_rules! accessors {
                 &self.inner
             }
 
-            /// The wrapped stream, mutably. Reading or writing through it directly
-            /// bypasses the bucket.
+            /// The wrapped stream, mutably.
+            #[doc = $bypass]
             ///
             /// ```
             /// # use token_bucket::{Rate, TokenBucket};
@@ -256,8 +302,8 @@ macro_rules! accessors {
                 &mut self.inner
             }
 
-            /// The pinned wrapped stream. Reading or writing through it directly bypasses
-            /// the bucket.
+            /// The pinned wrapped stream.
+            #[doc = $bypass]
             ///
             /// ```
             /// # use token_bucket::{Rate, TokenBucket};
@@ -270,22 +316,6 @@ macro_rules! accessors {
             pub fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut $inner> {
                 self.project().inner
             }
-
-            /// Unwraps the stream. A reservation granted but not yet spent goes back to the
-            /// bucket; one still queued leaves the queue.
-            ///
-            /// ```
-            /// # use token_bucket::{Rate, TokenBucket};
-            /// # let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
-            #[doc = $setup]
-            /// let inner = wrapper.into_inner();
-            /// assert!(inner.is_empty());
-            /// # Ok::<(), token_bucket::ConfigError>(())
-            /// ```
-            pub fn into_inner(self) -> $inner {
-                // `budget` is dropped here, which settles the reservation.
-                self.inner
-            }
         }
     };
 }
@@ -293,13 +323,110 @@ macro_rules! accessors {
 accessors!(
     LimitRead,
     R,
-    "let mut wrapper = bucket.limit_read(&b\"\"[..]);"
+    "let mut wrapper = bucket.limit_read(&b\"\"[..]);",
+    "Reading through it directly bypasses the bucket, and skips the bytes the wrapper
+    has read but not yet delivered ([`buffered`](LimitRead::buffered))."
 );
 accessors!(
     LimitWrite,
     W,
-    "let mut wrapper = bucket.limit_write(Vec::<u8>::new());"
+    "let mut wrapper = bucket.limit_write(Vec::<u8>::new());",
+    "Writing through it directly bypasses the bucket."
 );
+
+impl<R> LimitRead<R> {
+    /// The bytes read from the inner reader but not yet delivered, paid for or not: the
+    /// next reads deliver them (paying for those not yet paid for) before reading the inner
+    /// reader again. Empty unless a read was cancelled, failed, or delivered only part of a
+    /// piece.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    /// use tokio::io::AsyncReadExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// bucket.close();
+    /// let mut reader = bucket.limit_read(&b"abc"[..]);
+    /// // A closed bucket fails the read before the inner reader is read.
+    /// assert!(reader.read(&mut [0; 3]).await.is_err());
+    /// assert!(reader.buffered().is_empty());
+    /// assert_eq!(reader.into_inner(), b"abc");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn buffered(&self) -> &[u8] {
+        self.held.undelivered()
+    }
+
+    /// Unwraps the reader. Bytes read from it but not yet delivered are discarded, as
+    /// tokio's `BufReader` does, and the tokens paid for them go back to the bucket; a
+    /// `take` still queued leaves the queue. Use [`into_parts`](LimitRead::into_parts) to
+    /// keep those bytes.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// # let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// let wrapper = bucket.limit_read(&b""[..]);
+    /// let inner = wrapper.into_inner();
+    /// assert!(inner.is_empty());
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn into_inner(self) -> R {
+        // `held` is dropped here: it refunds what was paid and leaves the queue.
+        self.inner
+    }
+
+    /// Unwraps the reader, and hands over the bytes read from it but not yet delivered
+    /// (those [`buffered`](LimitRead::buffered) shows), which come before anything the
+    /// reader still holds. None of them counts as paid for: tokens already paid for them
+    /// go back to the bucket, and a `take` still queued leaves the queue. Wrapping
+    /// `bytes.chain(reader)` again charges each byte once.
+    ///
+    /// ```
+    /// use std::io::Cursor;
+    /// use token_bucket::{Rate, TokenBucket};
+    /// use tokio::io::AsyncReadExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(10)).capacity(10).initial(0).build()?;
+    /// let mut reader = bucket.limit_read(&b"0123456789abc"[..]);
+    /// // The read pulls a piece of 4 bytes, then waits for their tokens, and gives up.
+    /// let read = tokio::time::timeout(std::time::Duration::from_millis(100), reader.read(&mut [0; 4])).await;
+    /// assert!(read.is_err());
+    /// let (rest, bytes) = reader.into_parts();
+    /// assert_eq!((bytes.as_slice(), rest), (&b"0123"[..], &b"456789abc"[..]));
+    /// let mut all = String::new();
+    /// Cursor::new(bytes).chain(rest).read_to_string(&mut all).await?;
+    /// assert_eq!(all, "0123456789abc");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn into_parts(mut self) -> (R, Vec<u8>) {
+        let bytes = self.held.hand_over();
+        (self.inner, bytes)
+    }
+}
+
+impl<W> LimitWrite<W> {
+    /// Unwraps the writer. A `take` granted but not yet seen goes back to the bucket; one
+    /// still queued leaves the queue.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// # let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// let wrapper = bucket.limit_write(Vec::<u8>::new());
+    /// let inner = wrapper.into_inner();
+    /// assert!(inner.is_empty());
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn into_inner(self) -> W {
+        // `budget` is dropped here, and with it the `take` in flight, which is cancel safe.
+        self.inner
+    }
+}
 
 impl<R: AsyncRead> AsyncRead for LimitRead<R> {
     fn poll_read(
@@ -307,46 +434,48 @@ impl<R: AsyncRead> AsyncRead for LimitRead<R> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.project();
-        let remaining = buf.remaining();
-        if remaining == 0 {
-            // Nothing can be read, so nothing is paid.
+        let mut this = self.project();
+        if buf.remaining() == 0 {
+            // Nothing can be delivered, so nothing is paid.
             return this.inner.poll_read(cx, buf);
         }
-        let piece = ready!(this.budget.poll_reserve(cx, remaining))?;
-        let read = if piece == remaining {
-            // The whole buffer is paid for: read straight into it.
-            let before = buf.filled().len();
-            ready!(this.inner.poll_read(cx, buf)).map(|()| {
-                // `saturating_sub`: a reader may legally shrink the filled part.
-                buf.filled().len().saturating_sub(before)
-            })
-        } else {
-            // Only the first `piece` bytes are paid for. `ReadBuf::take` would lose track
-            // of which bytes the inner reader initialised, and telling the outer buffer
-            // takes `unsafe`; so initialise the piece (a no-op for an initialised buffer)
-            // and read into a buffer over exactly that slice.
-            let mut limited = ReadBuf::new(buf.initialize_unfilled_to(piece));
-            match ready!(this.inner.poll_read(cx, &mut limited)) {
-                Ok(()) => {
-                    let read = limited.filled().len();
-                    buf.advance(read);
-                    Ok(read)
-                }
-                Err(error) => Err(error),
+        let held = this.held;
+        loop {
+            // 1. Deliver bytes already paid for.
+            if held.paid > held.start {
+                held.deliver(buf);
+                return Poll::Ready(Ok(()));
             }
-        };
-        // Reached only when the inner reader is done with this call; on `Pending` (above)
-        // the reservation is kept for the next call.
-        match read {
-            Ok(read) => {
-                this.budget.spend(read);
-                Poll::Ready(Ok(()))
+            // 2. Pay for bytes already read, then deliver them.
+            if held.end > held.paid {
+                let unpaid = held.end - held.paid;
+                let tokens = ready!(held.budget.poll_take(cx, unpaid.min(buf.remaining())))?;
+                // The `take` was sized for at most `unpaid` bytes, which cannot change while
+                // it is in flight.
+                held.paid += usize::try_from(tokens).map_or(unpaid, |tokens| tokens.min(unpaid));
+                continue;
             }
-            Err(error) => {
-                this.budget.spend(0);
-                Poll::Ready(Err(error))
+            // 3. Nothing is held: read a piece. A closed bucket could not pay for it, so
+            // leave the bytes with the inner reader.
+            if held.budget.bucket.is_closed() {
+                return Poll::Ready(Err(io::Error::other(TakeError::Closed)));
             }
+            let piece = held.budget.piece(buf.remaining()).min(MAX_READ_PIECE);
+            if held.bytes.len() < piece {
+                // Allocated on the first read and grown to the largest piece so far;
+                // zero-filled so that a safe `ReadBuf` can be built over it.
+                held.bytes.resize(piece, 0);
+            }
+            let mut into = ReadBuf::new(&mut held.bytes[..piece]);
+            ready!(this.inner.as_mut().poll_read(cx, &mut into))?;
+            let read = into.filled().len();
+            if read == 0 {
+                // The end of the stream (or an empty read): it costs nothing.
+                return Poll::Ready(Ok(()));
+            }
+            held.start = 0;
+            held.paid = 0;
+            held.end = read;
         }
     }
 }
@@ -362,14 +491,28 @@ impl<W: AsyncWrite> AsyncWrite for LimitWrite<W> {
             // Nothing can be written, so nothing is paid.
             return this.inner.poll_write(cx, buf);
         }
-        let piece = ready!(this.budget.poll_reserve(cx, buf.len()))?;
-        // On `Pending` the reservation is kept, and spent by the next call, whatever its
-        // buffer.
-        let written = ready!(this.inner.poll_write(cx, &buf[..piece]));
-        // A writer claiming more than it was given is charged only for what it got.
-        this.budget
-            .spend(written.as_ref().map_or(0, |&written| written.min(piece)));
-        Poll::Ready(written)
+        // The `take` may come from an earlier call with another buffer: use what fits and
+        // refund the rest below.
+        let tokens = ready!(this.budget.poll_take(cx, buf.len()))?;
+        let piece = usize::try_from(tokens).map_or(buf.len(), |tokens| tokens.min(buf.len()));
+        let result = this.inner.poll_write(cx, &buf[..piece]);
+        // The bytes the inner writer took. On `Pending` none: the tokens go back at once
+        // rather than idling while the peer is slow, and are taken again when it is ready.
+        // A writer claiming more than it was given may have sent the whole piece.
+        let used = match &result {
+            Poll::Ready(Ok(written)) => (*written).min(piece),
+            Poll::Ready(Err(_)) | Poll::Pending => 0,
+        };
+        this.budget.refund(tokens - to_u64(used));
+        match result {
+            Poll::Ready(Ok(written)) if written > piece => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the inner writer claimed to write {written} bytes of a {piece}-byte buffer"
+                ),
+            ))),
+            result => result,
+        }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -378,8 +521,8 @@ impl<W: AsyncWrite> AsyncWrite for LimitWrite<W> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.project();
-        // No byte is written after a shutdown: the reservation would only sit idle.
-        this.budget.release();
+        // No byte is written after a shutdown: a `take` in flight would only hold a place.
+        this.budget.cancel();
         this.inner.poll_shutdown(cx)
     }
 }
@@ -426,14 +569,11 @@ impl<W: AsyncWrite + AsyncRead> AsyncRead for LimitWrite<W> {
     }
 }
 
-/// One wrapper's reservation: the `take` in flight, or the tokens it granted and that no
-/// byte has used yet.
+/// One wrapper's `take` in flight, if any.
 struct Budget {
     bucket: TokenBucket,
     /// A `take` in flight, and the tokens it asks for.
     taking: Option<(Take, u64)>,
-    /// Tokens granted and not yet spent.
-    held: u64,
 }
 
 impl Budget {
@@ -441,65 +581,64 @@ impl Budget {
         Budget {
             bucket,
             taking: None,
-            held: 0,
         }
     }
 
-    /// Makes sure tokens are held for the next piece of an operation on `len` bytes, and
-    /// returns how many bytes that piece may have: at most `len`, at most the capacity, and
-    /// at least one unless `len` is zero.
-    ///
-    /// Tokens already held (from a call the inner stream left pending) are used as they
-    /// are, even if `len` is larger: topping them up would mean a second wait in the queue,
-    /// and the bytes still fit in a piece later.
-    fn poll_reserve(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
-        if len == 0 {
-            // `take(0)` would be granted without holding anything, forever.
-            return Poll::Ready(Ok(0));
+    /// The most bytes of `len` (at least one) that one `take` may pay for: no more than the
+    /// capacity, which is all a `take` can ever be granted, and no more than the queue
+    /// limit, which is all it can ever queue for. A limit of zero is ignored: nothing may
+    /// queue, whatever the size, so a piece is then served at once or fails.
+    fn piece(&self, len: usize) -> usize {
+        let mut tokens = to_u64(len).min(self.bucket.capacity());
+        if let Some(limit) = self.bucket.queue_limit().filter(|&limit| limit > 0) {
+            tokens = tokens.min(limit);
         }
-        while self.held == 0 {
-            let bucket = &self.bucket;
-            let (take, tokens) = self.taking.get_or_insert_with(|| {
-                let tokens = to_u64(len).min(bucket.capacity());
-                (bucket.take(tokens), tokens)
-            });
+        usize::try_from(tokens).map_or(len, |tokens| tokens.min(len))
+    }
+
+    /// Takes the tokens for the next piece of an operation on `len` bytes (at least one),
+    /// and returns how many it took: at least one, and at most a piece.
+    ///
+    /// A `take` left in flight by an earlier call, which the caller dropped, is finished
+    /// as it is, even if it was sized for another `len`; the caller uses what fits.
+    fn poll_take(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<u64>> {
+        debug_assert!(
+            len > 0,
+            "`take(0)` would be granted without paying for anything"
+        );
+        loop {
+            if self.taking.is_none() {
+                // Read the capacity and queue limit for every piece: they may change.
+                let tokens = to_u64(self.piece(len));
+                self.taking = Some((self.bucket.take(tokens), tokens));
+            }
+            let Some((take, tokens)) = &mut self.taking else {
+                unreachable!("a `take` was just put in flight");
+            };
             let tokens = *tokens;
             let result = ready!(Pin::new(take).poll(cx));
             self.taking = None;
             match result {
-                Ok(()) => self.held = tokens,
+                Ok(()) => return Poll::Ready(Ok(tokens)),
                 // The capacity was lowered below the request: ask again for a piece that
                 // fits, rather than failing an operation that can still be served.
                 Err(TakeError::ExceedsCapacity { .. }) => {}
                 Err(error) => return Poll::Ready(Err(io::Error::other(error))),
             }
         }
-        Poll::Ready(Ok(
-            usize::try_from(self.held).map_or(len, |held| held.min(len))
-        ))
     }
 
-    /// The inner stream moved `used` bytes: they are paid for, and the rest of the
-    /// reservation goes back to the bucket, for others to use.
-    fn spend(&mut self, used: usize) {
-        let surplus = self.held.saturating_sub(to_u64(used));
-        self.held = 0;
-        if surplus > 0 {
-            self.bucket.refund(surplus);
+    /// Gives back tokens taken for bytes that did not move.
+    fn refund(&self, tokens: u64) {
+        if tokens > 0 {
+            self.bucket.refund(tokens);
         }
     }
 
-    /// Gives up the reservation: a queued `take` leaves the queue taking nothing (it is
-    /// cancel safe), granted tokens go back.
-    fn release(&mut self) {
+    /// Gives up the `take` in flight: a queued one leaves the queue taking nothing, and
+    /// one granted but not yet seen gives its tokens back (`Take` is cancel safe).
+    fn cancel(&mut self) {
         self.taking = None;
-        self.spend(0);
-    }
-}
-
-impl Drop for Budget {
-    fn drop(&mut self) {
-        self.release();
     }
 }
 
@@ -509,7 +648,88 @@ impl fmt::Debug for Budget {
         // more than a wrapper's `Debug` should do.
         f.debug_struct("Budget")
             .field("taking", &self.taking.as_ref().map(|(_, tokens)| tokens))
-            .field("held", &self.held)
+            .finish()
+    }
+}
+
+/// A reader's bytes read from the inner reader and not yet delivered, and their payment.
+///
+/// A separate type with its own `Drop`, rather than a `PinnedDrop` on the wrapper, so the
+/// wrapper implements no `Drop` itself and `into_inner` can move the reader out of it.
+struct Held {
+    budget: Budget,
+    /// The buffer: empty until the first read, then as long as the largest piece so far
+    /// (at most `MAX_READ_PIECE`), and initialised throughout.
+    bytes: Vec<u8>,
+    /// `bytes[start..paid]` are paid for and not yet delivered; `bytes[paid..end]` are read
+    /// and not yet paid for. A `take` is in flight only for unpaid bytes, and bytes are
+    /// read only when none are held.
+    start: usize,
+    paid: usize,
+    end: usize,
+}
+
+impl Held {
+    fn new(bucket: TokenBucket) -> Held {
+        Held {
+            budget: Budget::new(bucket),
+            bytes: Vec::new(),
+            start: 0,
+            paid: 0,
+            end: 0,
+        }
+    }
+
+    fn undelivered(&self) -> &[u8] {
+        &self.bytes[self.start..self.end]
+    }
+
+    /// Copies as many paid bytes as fit into `buf`.
+    fn deliver(&mut self, buf: &mut ReadBuf<'_>) {
+        let count = (self.paid - self.start).min(buf.remaining());
+        buf.put_slice(&self.bytes[self.start..self.start + count]);
+        self.start += count;
+        if self.start == self.end {
+            self.start = 0;
+            self.paid = 0;
+            self.end = 0;
+        }
+    }
+
+    /// The bytes held will not be delivered: give up the `take` in flight (before the
+    /// refund, so that it cannot be spent on it) and refund what was paid for them.
+    fn give_back(&mut self) {
+        self.budget.cancel();
+        let paid = self.paid - self.start;
+        self.paid = self.start;
+        self.budget.refund(to_u64(paid));
+    }
+
+    /// Gives back what was paid for the bytes held, and hands them over.
+    fn hand_over(&mut self) -> Vec<u8> {
+        self.give_back();
+        let mut bytes = std::mem::take(&mut self.bytes);
+        bytes.truncate(self.end);
+        bytes.drain(..self.start);
+        self.start = 0;
+        self.paid = 0;
+        self.end = 0;
+        bytes
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("paid", &(self.paid - self.start))
+            .field("unpaid", &(self.end - self.paid))
+            .field("budget", &self.budget)
             .finish()
     }
 }

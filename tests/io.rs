@@ -1,6 +1,7 @@
 #![cfg(feature = "io")]
-//! Byte I/O (feature `io`): one token per byte, paid before and refunded after, in pieces
-//! no larger than the capacity, on tokio's paused clock.
+//! Byte I/O (feature `io`): one token per byte, in pieces no larger than the buffer, the
+//! capacity or the queue limit, on tokio's paused clock. Reads read, then pay, then
+//! deliver; writes pay, then write, then refund what did not move.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use common::{assert_at, assert_now, bucket_with, empty_bucket, ms, secs, yield_until};
-use token_bucket::io::{LimitRead, LimitWrite};
+use token_bucket::io::{LimitRead, LimitWrite, MAX_READ_PIECE};
 use token_bucket::{Rate, TakeError, TokenBucket};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::time::Instant;
@@ -94,6 +95,27 @@ impl AsyncWrite for Stubborn {
     }
 }
 
+/// A buggy writer that claims to have written one byte more than it was given.
+struct Liar;
+
+impl AsyncWrite for Liar {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(buf.len() + 1))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 #[test]
 fn wrappers_are_send_static_and_unpin() {
     fn check<T: Send + Unpin + 'static>() {}
@@ -139,59 +161,53 @@ async fn one_mib_is_read_at_64_kib_per_second_in_exactly_16_s() {
     reader.read_exact(&mut received).await.unwrap();
     assert_now(start, secs(16));
     assert!(received == data, "the bytes arrive intact");
-    // The end of the stream costs one wait for a piece, here of 1 byte (15 µs), refunded.
+    // The end of the stream costs nothing.
     assert_eq!(reader.read(&mut [0; 1]).await.unwrap(), 0);
     assert_now(start, secs(16));
     let stats = bucket.stats();
-    assert_eq!(stats.taken - stats.refunded, MIB as u64);
-    assert_eq!(stats.refunded, 1);
+    assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
 }
 
-/// `tokio::io::copy` reads in 8 KiB pieces, so the read that finds the end of the stream
-/// first waits for 8 KiB of tokens (125 ms), then refunds them all.
+/// `tokio::io::copy` reads in 8 KiB pieces; the read that finds the end of the stream
+/// pays nothing.
 #[tokio::test(start_paused = true)]
-async fn copying_from_a_limited_reader_pays_one_piece_more_to_find_the_end() {
+async fn one_mib_copied_from_a_limited_reader_takes_exactly_16_s() {
     let bucket = sixty_four_kib_per_second();
     let data = pattern(MIB);
     let start = Instant::now();
     let mut reader = bucket.limit_read(&data[..]);
     let mut received = Vec::new();
     let copied = tokio::io::copy(&mut reader, &mut received).await.unwrap();
-    assert_now(start, ms(16_125));
+    assert_now(start, secs(16));
     assert_eq!(copied, MIB as u64);
     assert!(received == data);
     let stats = bucket.stats();
-    assert_eq!(
-        (stats.taken, stats.refunded),
-        ((MIB + 8 * KIB) as u64, 8 * KIB as u64)
-    );
-    assert_eq!(stats.available, 8 * KIB as u64);
+    assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
+    assert_eq!(stats.available, 0);
 }
 
-/// A source that gives less than the buffer per read (a duplex holding 16 KiB, read with
-/// a 64 KiB buffer): each read waits until a whole 64 KiB piece is paid for, reads 16 KiB
-/// and refunds 48 KiB. The bytes still flow at the rate (16 KiB every 250 ms), but 48 KiB
-/// of float stays in the bucket: they lag 750 ms behind the ideal schedule, and finding
-/// the end costs the last 16 KiB of a piece.
-/// `read_to_end` offers at least a piece of spare room on its last read, so finding the
-/// end costs a whole 64 KiB piece: 1 s, refunded afterwards.
+/// `read_to_end` offers spare room on its last read, which finds the end of the stream and
+/// pays nothing.
 #[tokio::test(start_paused = true)]
-async fn read_to_end_pays_a_whole_piece_to_find_the_end() {
+async fn one_mib_read_to_end_takes_exactly_16_s() {
     let bucket = sixty_four_kib_per_second();
     let data = pattern(MIB);
     let start = Instant::now();
     let mut reader = bucket.limit_read(&data[..]);
     let mut received = Vec::new();
     reader.read_to_end(&mut received).await.unwrap();
-    assert_now(start, secs(17));
+    assert_now(start, secs(16));
     assert!(received == data);
     let stats = bucket.stats();
-    assert_eq!(stats.taken - stats.refunded, MIB as u64);
-    assert_eq!(stats.available, 64 * KIB as u64);
+    assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
+    assert_eq!(stats.available, 0);
 }
 
+/// A source that gives less than the buffer per read (a duplex holding 16 KiB, read with
+/// a 64 KiB buffer): each read pays for the 16 KiB that came, no more, so the bytes keep to
+/// the ideal schedule (16 KiB every 250 ms) and finding the end costs nothing.
 #[tokio::test(start_paused = true)]
-async fn a_source_that_gives_less_than_a_piece_lags_by_the_refunded_float() {
+async fn a_source_that_gives_less_than_a_piece_keeps_to_the_schedule() {
     let bucket = sixty_four_kib_per_second();
     let data = pattern(MIB);
     let (mut source, sink) = tokio::io::duplex(16 * KIB);
@@ -207,17 +223,16 @@ async fn a_source_that_gives_less_than_a_piece_lags_by_the_refunded_float() {
         assert_eq!(read, 16 * KIB);
         received.extend_from_slice(&buf[..read]);
         reads += 1;
-        // The first piece at 1 s, then one every 250 ms.
-        assert_now(start, ms(1000 + 250 * (reads - 1)));
+        // One piece every 250 ms.
+        assert_now(start, ms(250 * reads));
     }
-    assert_now(start, ms(16_750));
+    assert_now(start, secs(16));
     assert!(received == data, "the bytes arrive intact");
     writer.await.unwrap().unwrap();
     assert_eq!(reader.read(&mut buf).await.unwrap(), 0);
-    assert_now(start, secs(17));
+    assert_now(start, secs(16));
     let stats = bucket.stats();
-    assert_eq!(stats.taken - stats.refunded, MIB as u64);
-    assert_eq!(stats.available, 64 * KIB as u64);
+    assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
 }
 
 /// Every buffer size reads exact bytes, in pieces no larger than the buffer or the
@@ -249,8 +264,12 @@ async fn reads_of_every_buffer_size_deliver_exact_bytes() {
         assert_eq!(before_end.taken, LEN as u64, "size {size}");
         assert_eq!(before_end.refunded, 0, "size {size}");
         assert_eq!(reader.read(&mut buf).await.unwrap(), 0, "size {size}");
-        let stats = bucket.stats();
-        assert_eq!(stats.taken - stats.refunded, LEN as u64, "size {size}");
+        assert_now(start, secs(4));
+        assert_eq!(
+            bucket.stats(),
+            before_end,
+            "size {size}: the end costs nothing"
+        );
     }
 }
 
@@ -302,7 +321,7 @@ async fn a_reader_and_a_writer_on_one_bucket_share_its_budget() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_closed_bucket_fails_reads_and_the_inner_reader_keeps_every_unread_byte() {
+async fn a_closed_bucket_fails_reads_and_no_byte_is_lost() {
     let bucket = bucket_with(Rate::per_second(1), 10, 10);
     let data = pattern(100);
     let mut reader = bucket.limit_read(&data[..]);
@@ -310,6 +329,7 @@ async fn a_closed_bucket_fails_reads_and_the_inner_reader_keeps_every_unread_byt
     assert_eq!(reader.read(&mut buf).await.unwrap(), 10);
     assert_eq!(buf[..10], data[..10]);
     {
+        // The next piece is read, then waits for its tokens.
         let mut read = tokio_test::task::spawn(reader.read(&mut buf));
         assert_pending!(read.poll());
         assert_eq!(bucket.queued(), 1);
@@ -318,10 +338,18 @@ async fn a_closed_bucket_fails_reads_and_the_inner_reader_keeps_every_unread_byt
         let error = assert_ready!(read.poll()).unwrap_err();
         assert_take_error(&error, TakeError::Closed, "closed");
     }
+    // The piece stays with the wrapper, unpaid, and the inner reader is not read again.
+    assert_eq!(reader.buffered(), &data[10..20]);
     let error = reader.read(&mut buf).await.unwrap_err();
     assert_take_error(&error, TakeError::Closed, "closed");
-    // The inner reader gave up only the 10 bytes that were returned.
-    assert_eq!(reader.into_inner(), &data[10..]);
+    let (rest, unread) = reader.into_parts();
+    assert_eq!((unread.as_slice(), rest), (&data[10..20], &data[20..]));
+    assert_eq!(bucket.stats().taken, 10);
+    // A reader wrapped after the close reads nothing from its inner reader.
+    let mut reader = bucket.limit_read(&data[..]);
+    let error = reader.read(&mut buf).await.unwrap_err();
+    assert_take_error(&error, TakeError::Closed, "closed");
+    assert_eq!(reader.into_inner(), &data[..]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -344,15 +372,17 @@ async fn a_closed_bucket_fails_writes_and_nothing_more_is_written() {
     assert_eq!(writer.into_inner(), b"0123456789");
 }
 
-/// Outside any tokio runtime a reservation that must wait cannot be served: an io error
-/// rather than a panic or a hang.
+/// Outside any tokio runtime a `take` that must wait cannot be served: an io error rather
+/// than a panic or a hang. The reader had read its piece before it failed to pay for it: the
+/// bytes stay with the wrapper.
 #[test]
 fn outside_a_runtime_a_read_or_write_that_must_wait_is_an_io_error() {
     let bucket = empty_bucket(Rate::per_second(1), 10);
     let mut reader = bucket.limit_read(&b"abc"[..]);
     let error = futures::executor::block_on(reader.read(&mut [0; 3])).unwrap_err();
     assert_take_error(&error, TakeError::NoRuntime, "runtime");
-    assert_eq!(reader.into_inner(), b"abc");
+    assert_eq!(reader.buffered(), b"abc");
+    assert_eq!(reader.into_parts(), (&b""[..], b"abc".to_vec()));
     let mut writer = bucket.limit_write(Vec::new());
     let error = futures::executor::block_on(writer.write(b"abc")).unwrap_err();
     assert_take_error(&error, TakeError::NoRuntime, "runtime");
@@ -388,30 +418,31 @@ async fn dropping_a_wrapper_whose_reservation_was_granted_unseen_gives_it_back()
     assert_eq!((stats.available, stats.taken, stats.queued), (60, 0, 0));
 }
 
+/// A wrapper waiting for its inner stream holds no tokens: a reader has not paid yet, and a
+/// writer gives its piece back as soon as the inner writer says it is not ready.
 #[tokio::test(start_paused = true)]
-async fn dropping_a_wrapper_holding_tokens_across_pending_refunds_them() {
+async fn wrappers_waiting_on_their_inner_stream_hold_no_tokens() {
     let bucket = bucket_with(Rate::per_second(10), 100, 100);
-    // Nothing was written to the other end: the inner read is pending, with 50 tokens paid.
+    // Nothing was written to the other end: the inner read is pending, and nothing is paid.
     let (_source, sink) = tokio::io::duplex(64);
     let mut reader = bucket.limit_read(sink);
     let mut buf = [0; 50];
     assert_pending!(tokio_test::task::spawn(reader.read(&mut buf)).poll());
-    assert_eq!(bucket.available(), 50);
-    drop(reader);
     let stats = bucket.stats();
-    assert_eq!(
-        (stats.available, stats.taken, stats.refunded),
-        (100, 50, 50)
-    );
+    assert_eq!((stats.available, stats.taken, stats.queued), (100, 0, 0));
+    drop(reader);
+    assert_eq!(bucket.stats(), stats);
 
-    // The same for a writer whose inner writer is full, unwrapped with `into_inner`.
+    // A writer whose inner writer is full.
     let (other_end, source) = tokio::io::duplex(1);
     let mut writer = bucket.limit_write(source);
     assert_eq!(writer.write(b"ab").await.unwrap(), 1);
     assert_pending!(tokio_test::task::spawn(writer.write(b"b")).poll());
-    assert_eq!(bucket.available(), 98);
+    // 2 tokens for "ab", 1 refunded (1 byte written); 1 for "b", refunded on `Pending`.
+    let stats = bucket.stats();
+    assert_eq!((stats.available, stats.taken, stats.refunded), (99, 3, 2));
     let _source: DuplexStream = writer.into_inner();
-    assert_eq!(bucket.available(), 99);
+    assert_eq!(bucket.stats(), stats);
     drop(other_end);
 }
 
@@ -435,45 +466,42 @@ async fn a_read_cancelled_while_it_waits_keeps_its_place_and_is_not_charged_twic
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_end_of_a_stream_refunds_the_reservation() {
+async fn the_end_of_a_stream_costs_nothing() {
     let bucket = empty_bucket(Rate::per_second(100), 100);
     let start = Instant::now();
     let mut reader = bucket.limit_read(&b""[..]);
     let mut buf = [0; 50];
-    // The read cannot know the stream has ended before it is paid for: 50 tokens, 500 ms.
+    // Read first, pay after: nothing came, so nothing is paid and nothing waits.
     assert_eq!(reader.read(&mut buf).await.unwrap(), 0);
-    assert_now(start, ms(500));
+    assert_eq!(reader.read(&mut buf).await.unwrap(), 0);
+    assert_now(start, ms(0));
     let stats = bucket.stats();
-    assert_eq!((stats.available, stats.taken, stats.refunded), (50, 50, 50));
-    // With the tokens there, the next end costs nothing.
-    assert_eq!(reader.read(&mut buf).await.unwrap(), 0);
-    assert_now(start, ms(500));
-    assert_eq!(bucket.available(), 50);
+    assert_eq!((stats.taken, stats.refunded, stats.queued), (0, 0, 0));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_pending_reader_keeps_its_reservation_and_never_pays_twice() {
+async fn a_pending_reader_pays_only_once_data_comes() {
     let bucket = bucket_with(Rate::per_hour(1), 100, 100);
     let (mut source, sink) = tokio::io::duplex(64);
     let mut reader = bucket.limit_read(sink);
     let mut buf = [0; 50];
     {
         let mut read = tokio_test::task::spawn(reader.read(&mut buf));
-        // Paid for, but nothing to read yet.
+        // Nothing to read yet: nothing is paid and nothing is queued.
         assert_pending!(read.poll());
-        assert_eq!(bucket.available(), 50);
-        source.write_all(&[9; 50]).await.unwrap();
+        assert_eq!((bucket.available(), bucket.queued()), (100, 0));
+        source.write_all(&[9; 30]).await.unwrap();
         assert!(read.is_woken());
-        assert_eq!(assert_ready!(read.poll()).unwrap(), 50);
+        assert_eq!(assert_ready!(read.poll()).unwrap(), 30);
     }
-    assert_eq!(buf, [9; 50]);
+    assert_eq!(buf[..30], [9; 30]);
     let stats = bucket.stats();
-    assert_eq!((stats.available, stats.taken, stats.refunded), (50, 50, 0));
+    assert_eq!((stats.available, stats.taken, stats.refunded), (70, 30, 0));
     assert_eq!(stats.queued, 0);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_short_read_refunds_the_rest() {
+async fn a_short_read_pays_only_for_what_it_read() {
     let bucket = bucket_with(Rate::per_second(10), 100, 100);
     let (mut source, sink) = tokio::io::duplex(64);
     source.write_all(b"abc").await.unwrap();
@@ -482,22 +510,25 @@ async fn a_short_read_refunds_the_rest() {
     assert_eq!(reader.read(&mut buf).await.unwrap(), 3);
     assert_eq!(&buf[..3], b"abc");
     let stats = bucket.stats();
-    assert_eq!((stats.available, stats.taken, stats.refunded), (97, 80, 77));
+    assert_eq!((stats.available, stats.taken, stats.refunded), (97, 3, 0));
 }
 
+/// A writer that is not ready gives its piece back at once and takes it again when woken:
+/// each piece is taken twice and refunded once, so each byte is paid for once, and (the
+/// tokens being back in the bucket) the second take costs no time.
 #[tokio::test(start_paused = true)]
-async fn a_pending_writer_keeps_its_reservation_and_never_pays_twice() {
+async fn a_pending_writer_refunds_its_piece_and_never_pays_twice() {
     let bucket = empty_bucket(Rate::per_second(1000), 100);
     let data = pattern(1000);
     let start = Instant::now();
     let mut writer = bucket.limit_write(Stubborn::new(usize::MAX));
     writer.write_all(&data).await.unwrap();
-    // Ten pieces of 100, each held across one `Pending`.
+    // Ten pieces of 100, each refunded across one `Pending`.
     assert_now(start, secs(1));
     assert_eq!(writer.get_ref().pendings, 10);
     assert!(writer.get_ref().written == data);
     let stats = bucket.stats();
-    assert_eq!((stats.taken, stats.refunded), (1000, 0));
+    assert_eq!((stats.taken, stats.refunded), (2000, 1000));
 }
 
 #[tokio::test(start_paused = true)]
@@ -511,45 +542,49 @@ async fn a_short_write_refunds_the_rest() {
     assert_eq!(stats.taken - stats.refunded, 1000);
 }
 
-/// After a `Pending`, the next `poll_write` may come with another buffer: a shorter one
-/// spends part of the reservation and refunds the rest, a longer one spends it all, and
-/// neither queues again.
+/// A write dropped while its `take` waits leaves the `take` with the wrapper, and the next
+/// `poll_write` finishes it whatever its buffer: a shorter one spends part of it and
+/// refunds the rest, a longer one spends it all; neither queues again.
 #[tokio::test(start_paused = true)]
-async fn a_write_retried_with_another_buffer_spends_the_reservation_it_holds() {
-    let bucket = bucket_with(Rate::per_hour(1), 1000, 1000);
-    let mut writer = bucket.limit_write(Stubborn::new(usize::MAX));
+async fn a_write_retried_with_another_buffer_spends_the_take_in_flight() {
+    let bucket = empty_bucket(Rate::per_second(10), 1000);
+    let start = Instant::now();
+    let mut writer = bucket.limit_write(Vec::new());
     assert_pending!(tokio_test::task::spawn(writer.write(&[1; 100])).poll());
-    assert_eq!(bucket.available(), 900);
+    assert_eq!(bucket.queued(), 1);
     assert_eq!(writer.write(&[2; 30]).await.unwrap(), 30);
-    assert_eq!(bucket.available(), 970);
+    assert_now(start, secs(10));
+    assert_eq!(bucket.available(), 70);
 
-    assert_pending!(tokio_test::task::spawn(writer.write(&[3; 10])).poll());
-    assert_eq!(bucket.available(), 960);
-    assert_eq!(writer.write(&[4; 500]).await.unwrap(), 10);
-    assert_eq!(bucket.available(), 960);
+    // 100 tokens, of which 70 are there: 3 s more.
+    assert_pending!(tokio_test::task::spawn(writer.write(&[3; 100])).poll());
+    assert_eq!(writer.write(&[4; 500]).await.unwrap(), 100);
+    assert_now(start, secs(13));
+    assert_eq!(bucket.available(), 0);
 
     assert_eq!(bucket.queued(), 0);
     let mut expected = vec![2; 30];
-    expected.extend_from_slice(&[4; 10]);
-    assert_eq!(writer.get_ref().written, expected);
+    expected.extend_from_slice(&[4; 100]);
+    assert_eq!(writer.get_ref(), &expected);
     let stats = bucket.stats();
-    assert_eq!((stats.taken, stats.refunded), (110, 70));
+    assert_eq!((stats.taken, stats.refunded), (200, 70));
 }
 
 #[tokio::test(start_paused = true)]
-async fn shutting_down_gives_back_a_reservation_left_by_a_pending_write() {
-    let bucket = bucket_with(Rate::per_hour(1), 1000, 1000);
-    let mut writer = bucket.limit_write(Stubborn::new(usize::MAX));
+async fn shutting_down_gives_up_a_take_left_by_a_cancelled_write() {
+    let bucket = empty_bucket(Rate::per_hour(1), 1000);
+    let mut writer = bucket.limit_write(Vec::new());
     assert_pending!(tokio_test::task::spawn(writer.write(&[1; 100])).poll());
-    assert_eq!(bucket.available(), 900);
+    assert_eq!(bucket.queued(), 1);
     writer.shutdown().await.unwrap();
-    assert_eq!(bucket.available(), 1000);
-    assert!(writer.get_ref().written.is_empty());
+    assert_eq!(bucket.queued(), 0);
+    assert_eq!(bucket.stats().taken, 0);
+    assert!(writer.get_ref().is_empty());
 }
 
 /// A real writer that is often full: a duplex of 64 bytes whose other end is read slowly.
-/// Pieces of exactly 64 bytes always fit an empty pipe, so every byte is paid exactly once
-/// and nothing is refunded.
+/// A piece granted while the pipe is full goes back to the bucket at once and is taken
+/// again when the pipe drains: the peer sets the pace, and every byte is paid exactly once.
 #[tokio::test(start_paused = true)]
 async fn a_slowly_drained_duplex_is_never_charged_twice() {
     const LEN: usize = 64 * 100;
@@ -575,10 +610,10 @@ async fn a_slowly_drained_duplex_is_never_charged_twice() {
     let writer = writing.await.unwrap();
     assert!(received == data);
     let stats = bucket.stats();
-    assert_eq!((stats.taken, stats.refunded), (LEN as u64, 0));
+    assert_eq!(stats.taken - stats.refunded, LEN as u64);
     drop(writer);
     // The writer finished its last piece before it was dropped: nothing was held.
-    assert_eq!(bucket.stats().refunded, 0);
+    assert_eq!(bucket.stats(), stats);
 }
 
 #[tokio::test(start_paused = true)]
@@ -598,10 +633,10 @@ async fn zero_length_operations_take_no_tokens() {
     assert_eq!(reader.into_inner(), b"abc");
 }
 
-/// Lowering the capacity below a queued reservation does not fail the read: it is made
-/// again at the new capacity.
+/// Lowering the capacity below a queued `take` does not fail the read: it is made again at
+/// the new capacity, and the rest of the piece already read is paid for in smaller parts.
 #[tokio::test(start_paused = true)]
-async fn a_reservation_above_a_lowered_capacity_is_made_again_smaller() {
+async fn a_take_above_a_lowered_capacity_is_made_again_smaller() {
     let bucket = empty_bucket(Rate::per_second(10), 100);
     let data = pattern(100);
     let start = Instant::now();
@@ -616,6 +651,12 @@ async fn a_reservation_above_a_lowered_capacity_is_made_again_smaller() {
     assert_eq!(read.unwrap(), 10);
     assert_now(start, secs(1));
     assert_eq!(buf[..10], data[..10]);
+    assert_eq!(reader.buffered(), &data[10..]);
+    reader.read_exact(&mut buf[10..]).await.unwrap();
+    assert_now(start, secs(10));
+    assert_eq!(buf, data[..]);
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded), (100, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -672,4 +713,280 @@ async fn many_wrappers_share_the_rate_exactly() {
     assert_now(start, ms(7500));
     let stats = bucket.stats();
     assert_eq!((stats.taken, stats.refunded), (7500, 0));
+}
+
+/// Idle connections hold nothing: five readers waiting for data that does not come take no
+/// tokens and no place in the queue, so a writer on the same bucket goes at once. (When a
+/// read paid before reading, the first idle reader held the whole bucket and the other
+/// four queued 4000 tokens ahead of the writer, which took 5 s instead.)
+#[tokio::test(start_paused = true)]
+async fn idle_readers_hold_no_tokens_and_delay_nobody() {
+    let bucket = bucket_with(Rate::per_second(1000), 1000, 1000);
+    let start = Instant::now();
+    let mut peers = Vec::new();
+    let mut readers = Vec::new();
+    for _ in 0..5 {
+        let (peer, ours) = tokio::io::duplex(4096);
+        let mut reader = bucket.limit_read(ours);
+        assert_pending!(tokio_test::task::spawn(reader.read(&mut [0; 1000])).poll());
+        peers.push(peer);
+        readers.push(reader);
+    }
+    let mut writer = bucket.limit_write(Vec::new());
+    writer.write_all(&[7; 1000]).await.unwrap();
+    assert_now(start, ms(0));
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded, stats.queued), (1000, 0, 0));
+
+    // When data comes, an idle reader pays for it then, like anybody else.
+    peers[0].write_all(&[1; 100]).await.unwrap();
+    let mut buf = [0; 1000];
+    assert_eq!(readers[0].read(&mut buf).await.unwrap(), 100);
+    assert_now(start, ms(100));
+    assert_eq!(buf[..100], [1; 100]);
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded, stats.queued), (1100, 0, 0));
+}
+
+/// Pieces are never larger than the queue limit, so a wrapper alone never trips it. (Sized
+/// by the capacity alone, any read or write of more than 100 bytes that had to wait failed
+/// with "the queue is full: 0 tokens are queued and the limit is 100".)
+#[tokio::test(start_paused = true)]
+async fn pieces_fit_the_queue_limit() {
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(1000))
+        .capacity(1000)
+        .initial(0)
+        .queue_limit(100)
+        .build()
+        .unwrap();
+    let data = pattern(1000);
+    let start = Instant::now();
+    let mut writer = bucket.limit_write(Vec::new());
+    assert_eq!(writer.write(&data).await.unwrap(), 100);
+    assert_now(start, ms(100));
+    writer.write_all(&data[100..]).await.unwrap();
+    assert_now(start, secs(1));
+    assert!(writer.into_inner() == data);
+
+    let mut reader = bucket.limit_read(&data[..]);
+    let mut received = vec![0; 1000];
+    assert_eq!(reader.read(&mut received).await.unwrap(), 100);
+    assert_now(start, ms(1100));
+    reader.read_exact(&mut received[100..]).await.unwrap();
+    assert_now(start, secs(2));
+    assert!(received == data);
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded), (2000, 0));
+}
+
+/// The queue limit counts every waiter: a piece that would pass it because others are
+/// queued fails with `QueueFull`, and a read keeps the piece it pulled.
+#[tokio::test(start_paused = true)]
+async fn a_piece_that_finds_the_queue_full_fails() {
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(1000))
+        .capacity(1000)
+        .initial(0)
+        .queue_limit(100)
+        .build()
+        .unwrap();
+    let mut other = tokio_test::task::spawn(bucket.take(60));
+    assert_pending!(other.poll());
+    let mut writer = bucket.limit_write(Vec::new());
+    let error = writer.write(&[1; 50]).await.unwrap_err();
+    let full = TakeError::QueueFull {
+        queued: 60,
+        limit: 100,
+    };
+    assert_take_error(
+        &error,
+        full,
+        "the queue is full: 60 tokens are queued and the limit is 100",
+    );
+    let data = pattern(50);
+    let mut reader = bucket.limit_read(&data[..]);
+    let mut buf = [0; 50];
+    let error = reader.read(&mut buf).await.unwrap_err();
+    assert_take_error(&error, full, "the queue is full");
+    assert_eq!(reader.buffered(), &data[..]);
+    // Once the queue has room, the piece is paid for and delivered.
+    drop(other);
+    let start = Instant::now();
+    assert_eq!(reader.read(&mut buf).await.unwrap(), 50);
+    assert_now(start, ms(50));
+    assert_eq!(buf, data[..]);
+    assert_eq!(bucket.stats().taken, 50);
+}
+
+/// With a queue limit of zero nothing may queue: a piece of `min(buffer, capacity)` bytes
+/// is served if its tokens are there at once, and otherwise fails with `QueueFull`. A read
+/// keeps the bytes it pulled for the next read, which pays for them once.
+#[tokio::test(start_paused = true)]
+async fn with_a_queue_limit_of_zero_a_piece_that_must_wait_fails() {
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(1000))
+        .capacity(1000)
+        .queue_limit(0)
+        .build()
+        .unwrap();
+    let full = TakeError::QueueFull {
+        queued: 0,
+        limit: 0,
+    };
+    let start = Instant::now();
+    let mut writer = bucket.limit_write(Vec::new());
+    assert_eq!(writer.write(&[1; 1000]).await.unwrap(), 1000);
+    let error = writer.write(&[2; 10]).await.unwrap_err();
+    assert_take_error(
+        &error,
+        full,
+        "the queue is full: 0 tokens are queued and the limit is 0",
+    );
+    assert_eq!(writer.get_ref().len(), 1000);
+
+    let data = pattern(10);
+    let mut reader = bucket.limit_read(&data[..]);
+    let mut buf = [0; 10];
+    let error = reader.read(&mut buf).await.unwrap_err();
+    assert_take_error(&error, full, "the queue is full");
+    assert_eq!(reader.buffered(), &data[..]);
+    assert_now(start, ms(0));
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(reader.read(&mut buf).await.unwrap(), 10);
+    assert_eq!(buf, data[..]);
+    assert!(reader.buffered().is_empty());
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded), (1010, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_claiming_more_than_it_was_given_is_an_error_not_a_panic() {
+    let bucket = bucket_with(Rate::per_hour(1), 1000, 1000);
+    let mut writer = bucket.limit_write(Liar);
+    let error = writer.write(&[1; 10]).await.unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    assert!(
+        error
+            .to_string()
+            .contains("claimed to write 11 bytes of a 10-byte buffer"),
+        "{error}"
+    );
+    // Passed up, the impossible count would make `write_all` panic slicing its buffer.
+    let error = writer.write_all(&[1; 500]).await.unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    // Each write was charged for the piece it handed over, which may have been sent.
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded), (510, 0));
+}
+
+/// A read cancelled while it waits for its tokens leaves its bytes with the wrapper. The
+/// next read, with a smaller buffer, gets what fits once they are paid for, and the read
+/// after it gets the rest at once, without paying again.
+#[tokio::test(start_paused = true)]
+async fn paid_bytes_that_do_not_fit_wait_for_the_next_read() {
+    let bucket = empty_bucket(Rate::per_second(10), 100);
+    let data = pattern(100);
+    let start = Instant::now();
+    let mut reader = bucket.limit_read(&data[..]);
+    let mut buf = [0; 50];
+    tokio::select! {
+        _ = reader.read(&mut buf) => panic!("50 bytes at 10/s take 5 s"),
+        _ = tokio::time::sleep(secs(2)) => {}
+    }
+    assert_eq!(reader.buffered(), &data[..50]);
+    let mut small = [0; 20];
+    assert_eq!(reader.read(&mut small).await.unwrap(), 20);
+    assert_now(start, secs(5));
+    assert_eq!(small, data[..20]);
+    assert_eq!(reader.buffered(), &data[20..50]);
+    let mut buf = [0; 100];
+    assert_eq!(reader.read(&mut buf).await.unwrap(), 30);
+    assert_now(start, secs(5));
+    assert_eq!(buf[..30], data[20..50]);
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded, stats.queued), (50, 0, 0));
+}
+
+/// Bytes read but not delivered are discarded with the wrapper, and the tokens paid for
+/// them refunded; `into_parts` hands them over instead, also refunded; a `take` still
+/// queued leaves the queue. So the bucket is charged only for bytes delivered.
+#[tokio::test(start_paused = true)]
+async fn bytes_paid_for_but_not_delivered_are_refunded() {
+    let bucket = empty_bucket(Rate::per_second(10), 100);
+    let data = pattern(100);
+    let start = Instant::now();
+
+    // 40 bytes read and paid for, 10 delivered, then the wrapper is dropped.
+    let mut reader = bucket.limit_read(&data[..]);
+    assert_pending!(tokio_test::task::spawn(reader.read(&mut [0; 40])).poll());
+    assert_eq!(reader.read(&mut [0; 10]).await.unwrap(), 10);
+    assert_now(start, secs(4));
+    assert_eq!(reader.buffered(), &data[10..40]);
+    drop(reader);
+    let stats = bucket.stats();
+    assert_eq!((stats.available, stats.taken, stats.refunded), (30, 40, 30));
+
+    // The same, then `into_parts`: 10 more tokens to wait for.
+    let mut reader = bucket.limit_read(&data[..]);
+    assert_pending!(tokio_test::task::spawn(reader.read(&mut [0; 40])).poll());
+    assert_eq!(reader.read(&mut [0; 10]).await.unwrap(), 10);
+    assert_now(start, secs(5));
+    let (rest, unread) = reader.into_parts();
+    assert_eq!((unread.as_slice(), rest), (&data[10..40], &data[40..]));
+    let stats = bucket.stats();
+    assert_eq!((stats.available, stats.taken, stats.refunded), (30, 80, 60));
+
+    // A piece read and still waiting for its tokens: nothing was paid, nothing is refunded.
+    let mut reader = bucket.limit_read(&data[..]);
+    assert_pending!(tokio_test::task::spawn(reader.read(&mut [0; 40])).poll());
+    assert_eq!(bucket.queued(), 1);
+    assert_eq!(reader.into_inner(), &data[40..]);
+    assert_eq!(bucket.stats(), stats);
+}
+
+/// However large the buffer and the bucket, a read pulls at most `MAX_READ_PIECE` bytes
+/// from the inner reader, so a wrapper never buffers more.
+#[tokio::test(start_paused = true)]
+async fn a_read_pulls_at_most_max_read_piece_bytes() {
+    assert_eq!(MAX_READ_PIECE, 64 * KIB);
+    let bucket = bucket_with(Rate::per_second(MIB as u64), MIB as u64, MIB as u64);
+    let data = pattern(MIB);
+    let mut reader = bucket.limit_read(&data[..]);
+    let mut buf = vec![0; MIB];
+    assert_eq!(reader.read(&mut buf).await.unwrap(), MAX_READ_PIECE);
+    assert_eq!(reader.get_ref().len(), MIB - MAX_READ_PIECE);
+    assert_eq!(bucket.stats().taken, MAX_READ_PIECE as u64);
+}
+
+/// A writer whose peer is slow holds no tokens while it waits for the peer: the piece it
+/// was granted goes back at once, for others to use, and is taken again, from the back of
+/// the queue, when the peer drains.
+#[tokio::test(start_paused = true)]
+async fn a_writer_blocked_by_a_slow_peer_holds_no_tokens() {
+    let bucket = bucket_with(Rate::per_second(100), 100, 100);
+    let start = Instant::now();
+    let (mut peer, ours) = tokio::io::duplex(10);
+    let mut writer = bucket.limit_write(ours);
+    // Fill the pipe.
+    writer.write_all(&[1; 10]).await.unwrap();
+    {
+        let mut write = tokio_test::task::spawn(writer.write(&[2; 50]));
+        assert_pending!(write.poll());
+        assert_eq!((bucket.available(), bucket.queued()), (90, 0));
+        // Another user of the bucket gets every token at once.
+        bucket.take(90).await.unwrap();
+        assert_now(start, ms(0));
+        // The peer drains the pipe: the write asks for its piece again, and now waits.
+        peer.read_exact(&mut [0; 10]).await.unwrap();
+        assert!(write.is_woken());
+        assert_pending!(write.poll());
+        assert_eq!(bucket.queued(), 1);
+    }
+    // 50 tokens at 100/s; the pipe takes 10 bytes, and 40 tokens go back.
+    assert_eq!(writer.write(&[2; 50]).await.unwrap(), 10);
+    assert_now(start, ms(500));
+    let stats = bucket.stats();
+    assert_eq!(stats.taken - stats.refunded, 10 + 90 + 10);
+    assert_eq!((stats.available, stats.queued), (40, 0));
 }
