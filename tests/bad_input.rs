@@ -7,45 +7,18 @@
 use std::error::Error;
 use std::time::Duration;
 
+mod common;
+
+use common::{assert_now, bucket_with, ms, secs};
 use token_bucket::{ConfigError, Rate, TakeError, TokenBucket, TryTakeError};
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready_eq, task};
 
-/// tokio's timer fires on whole milliseconds: an event due at T is seen in [T, T + 1 ms].
-const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
-
 /// The longest wait a `u64` of nanoseconds holds (about 584 years).
 const U64_NANOS: Duration = Duration::from_nanos(u64::MAX);
 
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
-
-fn secs(seconds: u64) -> Duration {
-    Duration::from_secs(seconds)
-}
-
 fn nanos(nanos: u64) -> Duration {
     Duration::from_nanos(nanos)
-}
-
-/// Asserts that now is `due` after `start`: never before, at most 1 ms after.
-#[track_caller]
-fn assert_now(start: Instant, due: Duration) {
-    let elapsed = start.elapsed();
-    assert!(
-        elapsed >= due && elapsed <= due + TIMER_GRANULARITY,
-        "expected at {due:?} (+1 ms at most), happened at {elapsed:?}"
-    );
-}
-
-fn new_bucket(rate: Rate, capacity: u64, initial: u64) -> TokenBucket {
-    TokenBucket::builder()
-        .rate(rate)
-        .capacity(capacity)
-        .initial(initial)
-        .build()
-        .unwrap()
 }
 
 fn retry_after(result: Result<(), TryTakeError>) -> Duration {
@@ -174,7 +147,7 @@ fn initial_above_capacity_is_refused_naming_both() {
         }
     );
     // Equal is fine.
-    let bucket = new_bucket(Rate::per_second(1), 7, 7);
+    let bucket = bucket_with(Rate::per_second(1), 7, 7);
     assert_eq!(bucket.available(), 7);
 }
 
@@ -240,7 +213,7 @@ async fn u64_max_capacity_and_amounts_work_without_overflow() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_saturates_for_huge_requests_behind_huge_waiters() {
-    let bucket = new_bucket(Rate::per_second(1), u64::MAX, 0);
+    let bucket = bucket_with(Rate::per_second(1), u64::MAX, 0);
     let mut huge = task::spawn(bucket.take(u64::MAX));
     assert_pending!(huge.poll());
     assert_eq!(bucket.stats().queued_tokens, u64::MAX);
@@ -256,7 +229,7 @@ async fn retry_after_saturates_for_huge_requests_behind_huge_waiters() {
 #[tokio::test(start_paused = true)]
 async fn fastest_rate_u64_max_per_nanosecond_fills_in_one_nanosecond() {
     let rate = Rate::new(u64::MAX, nanos(1));
-    let bucket = new_bucket(rate, u64::MAX, 0);
+    let bucket = bucket_with(rate, u64::MAX, 0);
     let start = Instant::now();
     assert_eq!(bucket.available(), 0);
     assert_eq!(retry_after(bucket.try_take(u64::MAX)), nanos(1));
@@ -274,14 +247,14 @@ async fn fastest_rate_u64_max_per_nanosecond_fills_in_one_nanosecond() {
     assert_eq!(bucket.take_timeout(u64::MAX, nanos(1)).await, Ok(()));
     assert!(start.elapsed() >= secs(3600));
 
-    let small = new_bucket(rate, 10, 0);
+    let small = bucket_with(rate, 10, 0);
     tokio::time::advance(secs(3600)).await;
     assert_eq!(small.available(), 10);
 }
 
 #[tokio::test(start_paused = true)]
 async fn one_token_per_nanosecond_is_exact() {
-    let bucket = new_bucket(Rate::new(1, nanos(1)), u64::MAX, 0);
+    let bucket = bucket_with(Rate::new(1, nanos(1)), u64::MAX, 0);
     tokio::time::advance(secs(1)).await;
     assert_eq!(bucket.available(), 1_000_000_000);
     bucket.try_take(1_000_000_000).unwrap();
@@ -296,7 +269,7 @@ async fn one_token_per_nanosecond_is_exact() {
 
 #[tokio::test(start_paused = true)]
 async fn slowest_rate_one_per_duration_max_never_fills_and_never_overflows() {
-    let bucket = new_bucket(Rate::new(1, Duration::MAX), 3, 0);
+    let bucket = bucket_with(Rate::new(1, Duration::MAX), 3, 0);
     tokio::time::advance(secs(100 * 365 * 24 * 3600)).await; // a century
     assert_eq!(bucket.available(), 0);
     assert!(retry_after(bucket.try_take(1)) >= U64_NANOS);
@@ -333,7 +306,7 @@ async fn slowest_rate_one_per_duration_max_never_fills_and_never_overflows() {
 
 #[tokio::test(start_paused = true)]
 async fn a_huge_request_with_a_timeout_fails_at_once_when_it_cannot_accrue_in_time() {
-    let bucket = new_bucket(Rate::per_second(1), u64::MAX, 0);
+    let bucket = bucket_with(Rate::per_second(1), u64::MAX, 0);
     let start = Instant::now();
     assert_ready_eq!(
         task::spawn(bucket.take_timeout(u64::MAX, secs(3600))).poll(),
@@ -358,8 +331,8 @@ async fn a_huge_request_with_a_timeout_fails_at_once_when_it_cannot_accrue_in_ti
 
 #[tokio::test(start_paused = true)]
 async fn requests_above_capacity_fail_at_once_with_exceeds_capacity() {
-    let full = new_bucket(Rate::per_second(1), 5, 5);
-    let empty = new_bucket(Rate::per_second(1), 5, 0);
+    let full = bucket_with(Rate::per_second(1), 5, 5);
+    let empty = bucket_with(Rate::per_second(1), 5, 0);
     let mut queued = task::spawn(empty.take(5));
     assert_pending!(queued.poll());
     let start = Instant::now();
@@ -397,7 +370,7 @@ async fn requests_above_capacity_fail_at_once_with_exceeds_capacity() {
 
 #[tokio::test(start_paused = true)]
 async fn try_take_above_capacity_is_refused_naming_both_values() {
-    let bucket = new_bucket(Rate::per_second(1), 5, 5);
+    let bucket = bucket_with(Rate::per_second(1), 5, 5);
     let error = bucket.try_take(6).unwrap_err();
     assert_eq!(
         error,
@@ -424,8 +397,8 @@ async fn try_take_above_capacity_is_refused_naming_both_values() {
 
 #[tokio::test(start_paused = true)]
 async fn zero_token_requests_succeed_at_once() {
-    let empty = new_bucket(Rate::per_hour(1), 5, 0);
-    let full = new_bucket(Rate::per_hour(1), 5, 5);
+    let empty = bucket_with(Rate::per_hour(1), 5, 0);
+    let full = bucket_with(Rate::per_hour(1), 5, 5);
     let start = Instant::now();
     for bucket in [&empty, &full] {
         assert_eq!(bucket.try_take(0), Ok(()));
@@ -452,7 +425,7 @@ async fn zero_token_requests_succeed_at_once() {
 /// until the code or the docs change.
 #[tokio::test(start_paused = true)]
 async fn try_take_zero_succeeds_even_while_others_queue() {
-    let bucket = new_bucket(Rate::per_second(1), 5, 0);
+    let bucket = bucket_with(Rate::per_second(1), 5, 0);
     let mut queued = task::spawn(bucket.take(3));
     assert_pending!(queued.poll());
     assert_eq!(bucket.try_take(0), Ok(()), "the bucket is open");
@@ -460,7 +433,7 @@ async fn try_take_zero_succeeds_even_while_others_queue() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timeout_of_duration_max_means_no_timeout() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     assert_eq!(bucket.take_timeout(10, Duration::MAX).await, Ok(()));
     assert_now(start, secs(10));
@@ -479,7 +452,7 @@ async fn a_timeout_of_duration_max_means_no_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timeout_of_zero_times_out_unless_the_tokens_are_there_at_once() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 3);
+    let bucket = bucket_with(Rate::per_second(1), 10, 3);
     let start = Instant::now();
     assert_ready_eq!(
         task::spawn(bucket.wait_timeout(3, Duration::ZERO)).poll(),
@@ -768,7 +741,7 @@ async fn queue_limit_zero_serves_at_once_but_never_queues() {
 /// tokens), but it is an overflow turned into a refusal. Expected to FAIL.
 #[tokio::test(start_paused = true)]
 async fn default_queue_is_unlimited_even_for_u64_max_requests() {
-    let bucket = new_bucket(Rate::per_second(1), u64::MAX, 0);
+    let bucket = bucket_with(Rate::per_second(1), u64::MAX, 0);
     let mut first = task::spawn(bucket.take(u64::MAX));
     assert_pending!(first.poll());
     let mut second = task::spawn(bucket.take(u64::MAX));

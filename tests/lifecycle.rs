@@ -13,40 +13,13 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::FutureExt;
+mod common;
+
+use common::{assert_at, bucket_with, ms, secs};
 use token_bucket::{ConfigError, Rate, TakeError, TokenBucket, TryTakeError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready, assert_ready_eq, task};
-
-/// tokio's timer fires on whole milliseconds: an event due at T is seen in [T, T + 1 ms].
-const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
-
-fn ms(millis: u64) -> Duration {
-    Duration::from_millis(millis)
-}
-
-fn secs(seconds: u64) -> Duration {
-    Duration::from_secs(seconds)
-}
-
-/// Asserts that `event` happened `due` after `start`: never before, at most 1 ms after.
-#[track_caller]
-fn assert_at(start: Instant, event: Instant, due: Duration) {
-    let elapsed = event.duration_since(start);
-    assert!(
-        elapsed >= due && elapsed <= due + TIMER_GRANULARITY,
-        "expected at {due:?} (+1 ms at most), happened at {elapsed:?}"
-    );
-}
-
-fn new_bucket(rate: Rate, capacity: u64, initial: u64) -> TokenBucket {
-    TokenBucket::builder()
-        .rate(rate)
-        .capacity(capacity)
-        .initial(initial)
-        .build()
-        .unwrap()
-}
 
 /// Lets every task that is ready run (the current-thread runtime runs them in turn).
 async fn settle() {
@@ -106,7 +79,7 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 
 #[tokio::test(start_paused = true)]
 async fn close_resolves_every_pending_request_with_closed_at_once() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     let mut take = task::spawn(bucket.take(3));
     let mut wait = task::spawn(bucket.wait(2));
@@ -136,7 +109,7 @@ async fn close_resolves_every_pending_request_with_closed_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn close_resolves_spawned_waiters_when_they_run() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     let waiters = vec![
         spawn_queued(&bucket, bucket.take(5)).await,
@@ -155,7 +128,7 @@ async fn close_resolves_spawned_waiters_when_they_run() {
 
 #[tokio::test(start_paused = true)]
 async fn requests_after_close_fail_at_once_with_closed() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 10);
+    let bucket = bucket_with(Rate::per_second(1), 10, 10);
     assert!(!bucket.is_closed());
     bucket.close();
     assert!(bucket.is_closed());
@@ -181,7 +154,7 @@ async fn requests_after_close_fail_at_once_with_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn closing_twice_is_harmless() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let mut waiter = task::spawn(bucket.take(1));
     assert_pending!(waiter.poll());
     bucket.close();
@@ -196,7 +169,7 @@ async fn closing_twice_is_harmless() {
 
 #[tokio::test(start_paused = true)]
 async fn refund_on_a_closed_bucket_is_a_no_op() {
-    let bucket = new_bucket(Rate::per_hour(1), 10, 10);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 10);
     bucket.try_take(6).unwrap();
     bucket.close();
     bucket.refund(3);
@@ -207,7 +180,7 @@ async fn refund_on_a_closed_bucket_is_a_no_op() {
 #[tokio::test(start_paused = true)]
 async fn close_ends_the_refill_task_while_handles_live() {
     let before = alive_tasks();
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let mut waiter = task::spawn(bucket.take(1));
     assert_pending!(waiter.poll());
     settle().await;
@@ -230,7 +203,7 @@ async fn close_ends_the_refill_task_while_handles_live() {
 /// is told `Closed` instead. Expected to FAIL until `close` serves first.
 #[tokio::test(start_paused = true)]
 async fn close_grants_waiters_whose_tokens_accrued_before_it() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let mut waiter = task::spawn(bucket.take(1));
     assert_pending!(waiter.poll());
     // Move the clock 2 s on without letting the refill task run: the first poll of
@@ -253,7 +226,7 @@ async fn close_grants_waiters_whose_tokens_accrued_before_it() {
 
 #[tokio::test(start_paused = true)]
 async fn raising_the_rate_keeps_the_accrued_fraction_and_serves_the_rest_at_the_new_rate() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let start = Instant::now();
     let waiter = spawn_queued(&bucket, bucket.take(1)).await;
     tokio::time::advance(ms(100)).await;
@@ -269,7 +242,7 @@ async fn raising_the_rate_keeps_the_accrued_fraction_and_serves_the_rest_at_the_
 /// grant is seen exactly at 109 ms, independent of the timer's granularity.
 #[tokio::test(start_paused = true)]
 async fn raising_the_rate_grants_the_waiter_at_the_exact_nanosecond() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let mut waiter = task::spawn(bucket.take(1));
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(100)).await;
@@ -285,7 +258,7 @@ async fn raising_the_rate_grants_the_waiter_at_the_exact_nanosecond() {
 /// Lowering observed to the nanosecond: 100 ms at 1/s, then 0.9 token at 1 per 2 s.
 #[tokio::test(start_paused = true)]
 async fn lowering_the_rate_grants_the_waiter_at_the_exact_nanosecond() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let mut waiter = task::spawn(bucket.take(1));
     assert_pending!(waiter.poll());
     tokio::time::advance(ms(100)).await;
@@ -299,7 +272,7 @@ async fn lowering_the_rate_grants_the_waiter_at_the_exact_nanosecond() {
 
 #[tokio::test(start_paused = true)]
 async fn lowering_the_rate_pushes_the_waiter_later() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let start = Instant::now();
     let waiter = spawn_queued(&bucket, bucket.take(1)).await;
     tokio::time::advance(ms(100)).await;
@@ -312,7 +285,7 @@ async fn lowering_the_rate_pushes_the_waiter_later() {
 
 #[tokio::test(start_paused = true)]
 async fn rate_changes_reschedule_every_queued_waiter() {
-    let bucket = new_bucket(Rate::per_second(10), 10, 0);
+    let bucket = bucket_with(Rate::per_second(10), 10, 0);
     let start = Instant::now();
     let first = spawn_queued(&bucket, bucket.take(2)).await;
     let second = spawn_queued(&bucket, bucket.take(3)).await;
@@ -329,7 +302,7 @@ async fn rate_changes_reschedule_every_queued_waiter() {
 
 #[tokio::test(start_paused = true)]
 async fn set_rate_refuses_a_zero_rate_and_changes_nothing() {
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let start = Instant::now();
     let waiter = spawn_queued(&bucket, bucket.take(1)).await;
     tokio::time::advance(ms(100)).await;
@@ -350,7 +323,7 @@ async fn set_rate_refuses_a_zero_rate_and_changes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn lowering_capacity_drops_tokens_above_it() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 10);
+    let bucket = bucket_with(Rate::per_second(1), 10, 10);
     bucket.set_capacity(4).unwrap();
     assert_eq!(bucket.capacity(), 4);
     assert_eq!(bucket.available(), 4);
@@ -375,7 +348,7 @@ async fn lowering_capacity_drops_tokens_above_it() {
 
 #[tokio::test(start_paused = true)]
 async fn lowering_capacity_fails_waiters_that_exceed_it_and_serves_the_rest_in_order() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     let big_take = spawn_queued(&bucket, bucket.take(6)).await;
     let small_take = spawn_queued(&bucket, bucket.take(2)).await;
@@ -421,7 +394,7 @@ async fn lowering_capacity_fails_waiters_that_exceed_it_and_serves_the_rest_in_o
 
 #[tokio::test(start_paused = true)]
 async fn lowering_capacity_below_the_head_lets_a_satisfiable_waiter_behind_it_go_at_once() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     let mut head = task::spawn(bucket.take(8));
     let mut behind = task::spawn(bucket.take(3));
@@ -446,7 +419,7 @@ async fn lowering_capacity_below_the_head_lets_a_satisfiable_waiter_behind_it_go
 
 #[tokio::test(start_paused = true)]
 async fn raising_capacity_fills_at_the_rate_not_at_once() {
-    let bucket = new_bucket(Rate::per_second(1), 2, 2);
+    let bucket = bucket_with(Rate::per_second(1), 2, 2);
     // Nobody looks at the bucket for 10 s: it stays full at 2, it does not bank 10.
     tokio::time::advance(secs(10)).await;
     bucket.set_capacity(5).unwrap();
@@ -462,7 +435,7 @@ async fn raising_capacity_fills_at_the_rate_not_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn set_capacity_refuses_zero_and_changes_nothing() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     let waiter = spawn_queued(&bucket, bucket.take(3)).await;
     tokio::time::advance(secs(1)).await;
@@ -481,7 +454,7 @@ async fn set_capacity_refuses_zero_and_changes_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn refund_gives_tokens_back_never_above_capacity() {
-    let bucket = new_bucket(Rate::per_hour(1), 10, 10);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 10);
     bucket.try_take(8).unwrap();
     bucket.refund(5);
     assert_eq!(bucket.available(), 7);
@@ -496,7 +469,7 @@ async fn refund_gives_tokens_back_never_above_capacity() {
 #[tokio::test(start_paused = true)]
 async fn refund_larger_than_the_capacity_is_capped_before_it_serves_the_queue() {
     // The bucket can hold 10 at any instant: the waiter takes 4 of them, 6 stay.
-    let bucket = new_bucket(Rate::per_hour(1), 10, 0);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 0);
     let mut waiter = task::spawn(bucket.take(4));
     assert_pending!(waiter.poll());
     bucket.refund(100);
@@ -507,7 +480,7 @@ async fn refund_larger_than_the_capacity_is_capped_before_it_serves_the_queue() 
 #[tokio::test(start_paused = true)]
 async fn refund_that_completes_the_head_serves_it_at_once() {
     // At 1 per hour the refill timer is an hour away: only the refund can serve.
-    let bucket = new_bucket(Rate::per_hour(1), 10, 0);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 0);
     let start = Instant::now();
     let mut first = task::spawn(bucket.take(3));
     let mut second = task::spawn(bucket.take(2));
@@ -534,7 +507,7 @@ async fn refund_that_completes_the_head_serves_it_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn refund_serves_a_spawned_waiter_without_waiting_for_its_timer() {
-    let bucket = new_bucket(Rate::per_hour(1), 10, 0);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 0);
     let start = Instant::now();
     let waiter = spawn_queued(&bucket, bucket.take(3)).await;
     tokio::time::advance(ms(250)).await;
@@ -551,7 +524,7 @@ async fn refund_serves_a_spawned_waiter_without_waiting_for_its_timer() {
 #[tokio::test(start_paused = true)]
 async fn refill_task_starts_with_the_first_waiter_and_ends_when_the_last_handle_is_dropped() {
     let before = alive_tasks();
-    let bucket = new_bucket(Rate::per_second(1), 1, 0);
+    let bucket = bucket_with(Rate::per_second(1), 1, 0);
     let clone = bucket.clone();
     bucket.try_take(0).unwrap();
     settle().await;
@@ -573,7 +546,7 @@ async fn refill_task_starts_with_the_first_waiter_and_ends_when_the_last_handle_
 #[tokio::test(start_paused = true)]
 async fn refill_task_ends_when_queued_waiters_and_then_the_last_handle_are_dropped() {
     let before = alive_tasks();
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let mut first = task::spawn(bucket.take(5));
     let mut second = task::spawn(bucket.wait(7));
     assert_pending!(first.poll());
@@ -594,7 +567,7 @@ async fn refill_task_ends_when_queued_waiters_and_then_the_last_handle_are_dropp
 #[tokio::test(start_paused = true)]
 async fn refill_task_ends_when_the_handle_is_dropped_before_its_queued_waiter() {
     let before = alive_tasks();
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let mut waiter = task::spawn(bucket.take_timeout(5, secs(60)));
     assert_pending!(waiter.poll());
     drop(bucket);
@@ -609,7 +582,7 @@ async fn refill_task_ends_when_the_handle_is_dropped_before_its_queued_waiter() 
 fn bucket_still_serves_waiters_after_its_refill_runtime_shut_down() {
     let runtime_a = paused_runtime();
     let bucket = runtime_a.block_on(async {
-        let bucket = new_bucket(Rate::per_second(1), 1, 0);
+        let bucket = bucket_with(Rate::per_second(1), 1, 0);
         let start = Instant::now();
         let waiter = tokio::spawn({
             let bucket = bucket.clone();
@@ -642,7 +615,7 @@ fn bucket_still_serves_waiters_after_its_refill_runtime_shut_down() {
 /// the refill task it started).
 fn waiter_queued_in_a_dropped_runtime() -> (TokenBucket, std::pin::Pin<Box<token_bucket::Take>>) {
     let runtime_a = paused_runtime();
-    let bucket = runtime_a.block_on(async { new_bucket(Rate::per_second(1), 1, 0) });
+    let bucket = runtime_a.block_on(async { bucket_with(Rate::per_second(1), 1, 0) });
     let mut waiter = Box::pin(bucket.take(1));
     runtime_a.block_on(async {
         assert!((&mut waiter).now_or_never().is_none(), "it must queue");
@@ -684,7 +657,7 @@ fn waiter_carried_into_a_new_runtime_is_served_on_its_own() {
 /// nobody drives any more: once A is dropped, B's waiter is served without any other call.
 #[test]
 fn waiter_in_another_runtime_survives_the_refill_runtime_being_dropped() {
-    let bucket = new_bucket(Rate::per_second(50), 1, 0);
+    let bucket = bucket_with(Rate::per_second(50), 1, 0);
     let runtime_a = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -725,7 +698,7 @@ fn waiter_in_another_runtime_survives_the_refill_runtime_being_dropped() {
 /// queued take(10) and a refund of 100 serve one of them, not all ten at one instant.
 #[tokio::test(start_paused = true)]
 async fn refund_with_waiters_queued_never_grants_beyond_capacity() {
-    let bucket = new_bucket(Rate::per_hour(1), 10, 0);
+    let bucket = bucket_with(Rate::per_hour(1), 10, 0);
     let mut waiters: Vec<_> = (0..10)
         .map(|_| tokio_test::task::spawn(bucket.take(10)))
         .collect();
@@ -751,7 +724,7 @@ async fn refund_with_waiters_queued_never_grants_beyond_capacity() {
 fn requests_that_must_wait_outside_a_runtime_fail_with_no_runtime() {
     use futures::executor::block_on;
 
-    let bucket = new_bucket(Rate::per_second(1), 5, 0);
+    let bucket = bucket_with(Rate::per_second(1), 5, 0);
     assert_eq!(block_on(bucket.take(1)), Err(TakeError::NoRuntime));
     assert_eq!(block_on(bucket.wait(1)), Err(TakeError::NoRuntime));
     assert_eq!(
@@ -766,7 +739,7 @@ fn requests_that_must_wait_outside_a_runtime_fail_with_no_runtime() {
     assert_eq!((stats.queued, stats.queued_tokens, stats.taken), (0, 0, 0));
 
     // Requests that need not wait work without a runtime.
-    let full = new_bucket(Rate::per_second(1), 5, 5);
+    let full = bucket_with(Rate::per_second(1), 5, 5);
     assert_eq!(block_on(full.take(2)), Ok(()));
     assert_eq!(block_on(full.wait(3)), Ok(()));
     assert_eq!(block_on(full.take_timeout(3, secs(1))), Ok(()));
@@ -786,12 +759,12 @@ fn requests_that_must_wait_outside_a_runtime_fail_with_no_runtime() {
 
 #[test]
 fn try_take_and_the_other_sync_methods_work_from_a_plain_thread() {
-    let made_here = new_bucket(Rate::per_hour(1), 3, 3);
+    let made_here = bucket_with(Rate::per_hour(1), 3, 3);
     let runtime = paused_runtime();
-    let made_in_runtime = runtime.block_on(async { new_bucket(Rate::per_hour(1), 3, 3) });
+    let made_in_runtime = runtime.block_on(async { bucket_with(Rate::per_hour(1), 3, 3) });
     let thread = std::thread::spawn(move || {
         assert!(tokio::runtime::Handle::try_current().is_err());
-        let made_in_thread = new_bucket(Rate::per_hour(1), 3, 3);
+        let made_in_thread = bucket_with(Rate::per_hour(1), 3, 3);
         for bucket in [&made_here, &made_in_runtime, &made_in_thread] {
             assert_eq!(bucket.try_take(2), Ok(()));
             let Err(TryTakeError::Insufficient { retry_after }) = bucket.try_take(2) else {
@@ -818,7 +791,7 @@ fn try_take_and_the_other_sync_methods_work_from_a_plain_thread() {
 fn take_timeout_outside_a_runtime_does_not_panic_while_another_runtime_serves_the_bucket() {
     let runtime = paused_runtime();
     let bucket = runtime.block_on(async {
-        let bucket = new_bucket(Rate::per_second(1), 1, 0);
+        let bucket = bucket_with(Rate::per_second(1), 1, 0);
         bucket.take(1).await.unwrap(); // starts the refill task, which lives on
         bucket
     });
@@ -838,7 +811,7 @@ fn take_timeout_outside_a_runtime_does_not_panic_while_another_runtime_serves_th
 
 #[tokio::test(start_paused = true)]
 async fn stats_count_try_take_grants_and_denials() {
-    let bucket = new_bucket(Rate::per_second(1), 5, 5);
+    let bucket = bucket_with(Rate::per_second(1), 5, 5);
     let stats = bucket.stats();
     assert_eq!(
         (stats.available, stats.capacity, stats.rate),
@@ -863,7 +836,7 @@ async fn stats_count_try_take_grants_and_denials() {
 
 #[tokio::test(start_paused = true)]
 async fn stats_count_queued_waiters_and_their_tokens() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let mut take = task::spawn(bucket.take(3));
     let mut wait = task::spawn(bucket.wait(4));
     let mut timed = task::spawn(bucket.take_timeout(2, secs(60)));
@@ -900,7 +873,7 @@ async fn stats_count_queued_waiters_and_their_tokens() {
 
 #[tokio::test(start_paused = true)]
 async fn stats_count_timeouts_at_admission_and_in_the_queue() {
-    let bucket = new_bucket(Rate::per_second(1), 10, 0);
+    let bucket = bucket_with(Rate::per_second(1), 10, 0);
     let start = Instant::now();
     // 5 tokens cannot accrue within 2 s: refused at once.
     assert_ready_eq!(
@@ -936,7 +909,7 @@ async fn stats_count_timeouts_at_admission_and_in_the_queue() {
 
 #[tokio::test(start_paused = true)]
 async fn stats_taken_excludes_a_grant_handed_back_by_a_dropped_future() {
-    let bucket = new_bucket(Rate::per_second(1), 5, 0);
+    let bucket = bucket_with(Rate::per_second(1), 5, 0);
     let mut waiter = task::spawn(bucket.take(2));
     assert_pending!(waiter.poll());
     tokio::time::advance(secs(2)).await;
