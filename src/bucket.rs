@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -32,6 +32,12 @@ pub(crate) struct Shared {
     /// Whether a refill task is alive; an atomic so that its guard can clear it without
     /// the lock.
     pub(crate) refill_running: AtomicBool,
+    /// Copies of settings that adapters read on every item, kept outside the lock so that
+    /// reading them costs no lock. The state behind the lock stays the authority: these
+    /// are written under it, after it.
+    closed: AtomicBool,
+    capacity: AtomicU64,
+    queue_limit: Option<u64>,
     /// Fired by [`TokenBucket::close`] (or dropped with the bucket): what every [`Closed`]
     /// waits on. A shared oneshot rather than a `Notify`: its clones are `'static` and
     /// `Unpin` without boxing, and once fired it stays fired, so no wake-up can be lost.
@@ -154,6 +160,9 @@ impl TokenBucket {
                 clock,
                 refill_signal: Arc::new(Notify::new()),
                 refill_running: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                capacity: AtomicU64::new(settings.capacity),
+                queue_limit: settings.queue_limit,
                 close_sender: Mutex::new(Some(close_sender)),
                 close_signal: close_receiver.shared(),
             }),
@@ -348,7 +357,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn capacity(&self) -> u64 {
-        self.shared.lock().capacity()
+        self.shared.capacity.load(Ordering::Acquire)
     }
 
     /// The most tokens that may be queued, if the bucket was built with a
@@ -362,7 +371,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn queue_limit(&self) -> Option<u64> {
-        self.shared.lock().queue_limit()
+        self.shared.queue_limit
     }
 
     /// The rate tokens are gained at.
@@ -427,7 +436,11 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn set_capacity(&self, capacity: u64) -> Result<(), ConfigError> {
-        self.update(|state, now| state.set_capacity(capacity, now))
+        self.update(|state, now| {
+            state.set_capacity(capacity, now)?;
+            self.shared.capacity.store(capacity, Ordering::Release);
+            Ok(())
+        })
     }
 
     /// Gives `tokens` back, for work that was paid for but did not happen. The bucket never
@@ -463,7 +476,10 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn close(&self) {
-        self.update(State::close);
+        self.update(|state, now| {
+            state.close(now);
+            self.shared.closed.store(true, Ordering::Release);
+        });
         // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
         let sender = self
             .shared
@@ -533,7 +549,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn is_closed(&self) -> bool {
-        self.shared.lock().is_closed()
+        self.shared.closed.load(Ordering::Acquire)
     }
 
     /// A snapshot of the bucket's state and counters.

@@ -113,14 +113,6 @@ impl State {
         self.rate
     }
 
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    pub(crate) fn queue_limit(&self) -> Option<u64> {
-        self.queue_limit
-    }
-
     pub(crate) fn queued(&self) -> usize {
         self.queue.len()
     }
@@ -134,6 +126,12 @@ impl State {
     /// order. Returns `now`, or the ledger's time if a racing caller already went past it.
     pub(crate) fn serve(&mut self, now: u64) -> u64 {
         let now = now.max(self.ledger.last());
+        if self.queue.is_empty() {
+            // The common case, kept short: nothing to replay, only accrue and cap.
+            self.ledger.advance(now, self.rate);
+            self.ledger.cap(self.capacity);
+            return now;
+        }
         while let Some(head) = self.queue.head() {
             let ready_at = self.ledger.ready_at(head.tokens, self.rate);
             if head.deadline < ready_at {
