@@ -437,9 +437,14 @@ impl TokenBucket {
     /// ```
     pub fn set_capacity(&self, capacity: u64) -> Result<(), ConfigError> {
         self.update(|state, now| {
-            state.set_capacity(capacity, now)?;
-            self.shared.capacity.store(capacity, Ordering::Release);
-            Ok(())
+            // Stored before waiters above it are refused, so that one woken on another
+            // thread sizes its next request by the new capacity; undone if refused.
+            let previous = self.shared.capacity.swap(capacity, Ordering::AcqRel);
+            let result = state.set_capacity(capacity, now);
+            if result.is_err() {
+                self.shared.capacity.store(previous, Ordering::Release);
+            }
+            result
         })
     }
 
@@ -477,8 +482,10 @@ impl TokenBucket {
     /// ```
     pub fn close(&self) {
         self.update(|state, now| {
-            state.close(now);
+            // Set before the waiters are told: one woken on another thread must find
+            // `is_closed()` true.
             self.shared.closed.store(true, Ordering::Release);
+            state.close(now);
         });
         // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
         let sender = self

@@ -716,6 +716,53 @@ async fn refund_with_waiters_queued_never_grants_beyond_capacity() {
     assert_eq!(bucket.queued(), 9);
 }
 
+/// A waiter told `Closed` on another thread finds `is_closed()` already true, and one
+/// refused for a lowered capacity finds `capacity()` already lowered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_woken_by_a_change_see_it_in_the_bucket() {
+    let bucket = bucket_with(Rate::per_hour(1), 10, 0);
+    let mut waiters = Vec::new();
+    for _ in 0..2_000 {
+        let bucket = bucket.clone();
+        waiters.push(tokio::spawn(async move {
+            let result = bucket.take(1).await;
+            (result, bucket.is_closed())
+        }));
+    }
+    let mut big = Vec::new();
+    for _ in 0..2_000 {
+        let bucket = bucket.clone();
+        big.push(tokio::spawn(async move {
+            let result = bucket.take(8).await;
+            (result, bucket.capacity())
+        }));
+    }
+    while bucket.queued() < 4_000 {
+        tokio::task::yield_now().await;
+    }
+    bucket.set_capacity(5).unwrap();
+    for waiter in big {
+        let (result, capacity) = waiter.await.unwrap();
+        assert_eq!(
+            result,
+            Err(TakeError::ExceedsCapacity {
+                requested: 8,
+                capacity: 5
+            })
+        );
+        assert_eq!(
+            capacity, 5,
+            "refused, yet the capacity still read as before"
+        );
+    }
+    bucket.close();
+    for waiter in waiters {
+        let (result, closed) = waiter.await.unwrap();
+        assert_eq!(result, Err(TakeError::Closed));
+        assert!(closed, "told Closed, yet is_closed() was false");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Outside a runtime
 // ---------------------------------------------------------------------------------------
