@@ -352,7 +352,12 @@ impl State {
 
     /// The next instant something is due: the head's tokens accrue or its deadline
     /// passes. `NEVER` while nobody waits.
+    #[inline]
     pub(crate) fn next_due(&mut self) -> u64 {
+        if self.queue.is_empty() {
+            // Checked first because every change asks, and nobody waits on the fast path.
+            return NEVER;
+        }
         match self.queue.head() {
             Some(head) => self
                 .ledger
@@ -375,6 +380,7 @@ impl State {
 
     /// After a change, whether the refill task sleeps past what is now due (or must see
     /// that the bucket closed) and so needs a nudge to plan again.
+    #[inline]
     pub(crate) fn refill_needs_nudge(&mut self) -> bool {
         let due = if self.closed { 0 } else { self.next_due() };
         if due < self.refill_wake {
