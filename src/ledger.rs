@@ -78,8 +78,8 @@ impl Ledger {
             return NEVER;
         };
         let parts = parts - self.fraction;
-        let amount = u128::from(rate.amount());
-        let nanos = parts / amount + u128::from(parts % amount != 0);
+        let (whole, remainder) = divide(parts, u128::from(rate.amount()));
+        let nanos = whole + u128::from(remainder != 0);
         u64::try_from(nanos).unwrap_or(NEVER)
     }
 

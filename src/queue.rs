@@ -128,6 +128,7 @@ impl WaiterQueue {
     }
 
     /// The first live request, dropping tombstones in front of it.
+    #[inline]
     pub(crate) fn head(&mut self) -> Option<Request> {
         while let Some(entry) = self.entries.front() {
             if entry.sender.is_some() {
