@@ -154,6 +154,11 @@ fn try_take_1_thread(c: &mut Criterion) {
         b.iter(|| granted(black_box(&limiter).try_acquire(1), "leaky-bucket"));
     });
 
+    // The floor for any limiter that honours paused time: one read of tokio's clock.
+    group.bench_function("tokio-clock-read", |b| {
+        b.iter(tokio::time::Instant::now);
+    });
+
     group.finish();
 }
 
