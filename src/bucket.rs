@@ -17,7 +17,7 @@ use crate::builder::Builder;
 use crate::clock::{Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::future::{Take, TakeTimeout, Wait, WaitTimeout};
-use crate::queue::{Kind, Outcome, Request, WaiterId};
+use crate::queue::{Delivery, Kind, Outcome, Request, WaiterId};
 use crate::rate::Rate;
 use crate::refill;
 use crate::state::{Admission, Leaving, Settings, State};
@@ -50,6 +50,34 @@ impl Shared {
     /// poisoned it the state is still consistent, so poisoning is ignored.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the lock, then sends the outcomes decided under it. Returns the emptied
+    /// vector, so that a caller that serves often (the refill task) reuses its capacity.
+    pub(crate) fn unlock_and_deliver<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        mut deliveries: Vec<Delivery>,
+    ) -> Vec<Delivery> {
+        loop {
+            state.swap_deliveries(&mut deliveries);
+            drop(state);
+            let owed = deliveries.drain(..).fold(0, |owed: u64, delivery| {
+                owed.saturating_add(delivery.send())
+            });
+            if owed == 0 {
+                return deliveries;
+            }
+            // Rare: a waiter left between the decision and the send.
+            state = self.lock();
+            state.undelivered(owed, self.clock.now());
+            if state.refill_needs_nudge() {
+                self.refill_signal.notify_one();
+            }
+            if !state.has_deliveries() {
+                return deliveries;
+            }
+        }
     }
 }
 
@@ -590,6 +618,9 @@ impl TokenBucket {
         let result = change(&mut state, now);
         if state.refill_needs_nudge() {
             self.shared.refill_signal.notify_one();
+        }
+        if state.has_deliveries() {
+            self.shared.unlock_and_deliver(state, Vec::new());
         }
         result
     }

@@ -125,8 +125,8 @@ impl fmt::Debug for Acquire {
     }
 }
 
-/// The result a final outcome means. `Requeued` is not final: callers follow it (see
-/// [`received`](crate::state::received)) before asking.
+/// The result a final outcome means. `Requeued` is not final: callers follow it before
+/// asking.
 fn result_of(outcome: Outcome) -> Result<(), TakeError> {
     match outcome {
         Outcome::Granted => Ok(()),

@@ -29,6 +29,35 @@ pub(crate) enum Outcome {
     Requeued(oneshot::Receiver<Outcome>),
 }
 
+/// An outcome decided under the bucket's lock, to be sent once the lock is released:
+/// sending wakes the waiter's task, which may wake a sleeping worker thread, and that
+/// system call should not hold up everyone else waiting for the lock.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    sender: oneshot::Sender<Outcome>,
+    outcome: Outcome,
+    /// Tokens the outcome took from the bucket, owed back if nobody hears it.
+    consumed: u64,
+}
+
+impl Delivery {
+    pub(crate) fn new(sender: oneshot::Sender<Outcome>, outcome: Outcome, consumed: u64) -> Self {
+        Delivery {
+            sender,
+            outcome,
+            consumed,
+        }
+    }
+
+    /// Tells the waiter. Returns the tokens to give back when its receiver is gone.
+    pub(crate) fn send(self) -> u64 {
+        match self.sender.send(self.outcome) {
+            Ok(()) => 0,
+            Err(_) => self.consumed,
+        }
+    }
+}
+
 /// Whether a request consumes its tokens or only waits for them to be there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -140,18 +169,16 @@ impl WaiterQueue {
         None
     }
 
-    /// Removes the head (which [`head`](WaiterQueue::head) returned) and tells it
-    /// `outcome`. Returns false when its receiver was already gone.
-    pub(crate) fn finish_head(&mut self, outcome: Outcome) -> bool {
-        let Some(entry) = self.entries.pop_front() else {
-            return false;
-        };
+    /// Removes the head (which [`head`](WaiterQueue::head) returned) and returns its
+    /// sender, for the caller to tell it its outcome; `None` when it was a tombstone.
+    pub(crate) fn pop_head(&mut self) -> Option<oneshot::Sender<Outcome>> {
+        let entry = self.entries.pop_front()?;
         let Some(sender) = entry.sender else {
             self.tombstones -= 1;
-            return false;
+            return None;
         };
         self.forget(entry.request);
-        sender.send(outcome).is_ok()
+        Some(sender)
     }
 
     /// Makes the live waiter `id` a tombstone, in O(log n). Returns false when it is not
@@ -287,7 +314,8 @@ mod tests {
             panic!("second was not requeued");
         };
         assert_eq!(queue.head(), Some(take(1)));
-        assert!(queue.finish_head(Outcome::Granted));
+        let sender = queue.pop_head().expect("the head is live");
+        assert!(sender.send(Outcome::Granted).is_ok());
         assert!(matches!(first_next.try_recv(), Ok(Outcome::Granted)));
         assert_eq!(queue.head(), Some(take(2)));
     }

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::bucket::Shared;
 use crate::error::TakeError;
+use crate::queue::Delivery;
 use crate::state::State;
 
 /// Makes sure a refill task runs for `shared` before a waiter queues on it, starting one
@@ -70,8 +71,9 @@ impl Drop for RunningGuard {
 
 async fn run(guard: RunningGuard, signal: Arc<Notify>) {
     let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
+    let mut deliveries = Vec::new();
     loop {
-        let Some(wake_at) = serve_and_plan(&guard.0) else {
+        let Some(wake_at) = serve_and_plan(&guard.0, &mut deliveries) else {
             return;
         };
         let nudged = signal.notified();
@@ -88,7 +90,12 @@ async fn run(guard: RunningGuard, signal: Arc<Notify>) {
 
 /// Serves the queue now and returns when to wake next (`Some(None)`: only when nudged),
 /// or `None` when the task should end.
-fn serve_and_plan(bucket: &Weak<Shared>) -> Option<Option<Instant>> {
+/// `deliveries` is the task's own empty vector, lent to the state so that serving reuses
+/// one allocation.
+fn serve_and_plan(
+    bucket: &Weak<Shared>,
+    deliveries: &mut Vec<Delivery>,
+) -> Option<Option<Instant>> {
     let shared = bucket.upgrade()?;
     let now = shared.clock.now();
     let mut state = shared.lock();
@@ -97,5 +104,6 @@ fn serve_and_plan(bucket: &Weak<Shared>) -> Option<Option<Instant>> {
     }
     state.serve(now);
     let due = state.plan_refill();
+    *deliveries = shared.unlock_and_deliver(state, std::mem::take(deliveries));
     Some(shared.clock.instant(due))
 }

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::ledger::Ledger;
-use crate::queue::{Outcome, Request, WaiterId, WaiterQueue};
+use crate::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::rate::Rate;
 use crate::stats::Stats;
 
@@ -93,6 +93,9 @@ pub(crate) struct State {
     counters: Counters,
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
+    /// Outcomes decided but not yet sent; whoever holds the lock sends them after
+    /// releasing it (see [`Shared::deliver`](crate::bucket::Shared::deliver)).
+    deliveries: Vec<Delivery>,
 }
 
 impl State {
@@ -106,6 +109,7 @@ impl State {
             closed: false,
             counters: Counters::default(),
             refill_wake: NEVER,
+            deliveries: Vec::new(),
         }
     }
 
@@ -141,7 +145,10 @@ impl State {
                 // Those behind it could not be served while it stood in front of them.
                 self.ledger.advance(head.deadline, self.rate);
                 self.counters.timed_out = self.counters.timed_out.saturating_add(1);
-                self.queue.finish_head(Outcome::TimedOut);
+                if let Some(sender) = self.queue.pop_head() {
+                    self.deliveries
+                        .push(Delivery::new(sender, Outcome::TimedOut, 0));
+                }
                 continue;
             }
             if ready_at > now {
@@ -150,10 +157,14 @@ impl State {
             self.ledger.advance(ready_at, self.rate);
             let consumed = head.consumes();
             self.ledger.take(consumed);
-            if self.queue.finish_head(Outcome::Granted) {
-                self.counters.taken = self.counters.taken.saturating_add(consumed);
-            } else {
-                self.ledger.give_back(consumed);
+            match self.queue.pop_head() {
+                // A receiver already gone gives its tokens back at once, on the schedule.
+                Some(sender) if !sender.is_closed() => {
+                    self.counters.taken = self.counters.taken.saturating_add(consumed);
+                    self.deliveries
+                        .push(Delivery::new(sender, Outcome::Granted, consumed));
+                }
+                _ => self.ledger.give_back(consumed),
             }
         }
         self.ledger.advance(now, self.rate);
@@ -256,7 +267,10 @@ impl State {
         now: u64,
     ) -> Option<Outcome> {
         let now = self.serve(now);
-        match received(receiver) {
+        // Its own outcome may be among those not sent yet: send them now, under the lock,
+        // so the receiver shows whether it was granted. Leaving early is the rare path.
+        self.deliver_under_lock(now);
+        match received_on_leaving(receiver) {
             Some(outcome) => {
                 if why == Leaving::Dropped && matches!(outcome, Outcome::Granted) {
                     let consumed = request.consumes();
@@ -274,6 +288,38 @@ impl State {
                     self.serve(now);
                 }
                 None
+            }
+        }
+    }
+
+    /// Exchanges the outcomes waiting to be sent for `empty` (an empty vector whose
+    /// capacity the caller reuses), to send them once the lock is released.
+    pub(crate) fn swap_deliveries(&mut self, empty: &mut Vec<Delivery>) {
+        debug_assert!(empty.is_empty());
+        std::mem::swap(&mut self.deliveries, empty);
+    }
+
+    pub(crate) fn has_deliveries(&self) -> bool {
+        !self.deliveries.is_empty()
+    }
+
+    /// Tokens granted to waiters whose receivers were gone before they could be told:
+    /// they go back to the bucket, as if never taken.
+    pub(crate) fn undelivered(&mut self, tokens: u64, now: u64) {
+        let now = self.serve(now);
+        self.counters.taken = self.counters.taken.saturating_sub(tokens);
+        self.put_back(tokens, now);
+    }
+
+    fn deliver_under_lock(&mut self, now: u64) {
+        while !self.deliveries.is_empty() {
+            let owed: u64 = std::mem::take(&mut self.deliveries)
+                .into_iter()
+                .fold(0, |owed: u64, delivery| {
+                    owed.saturating_add(delivery.send())
+                });
+            if owed > 0 {
+                self.undelivered(owed, now);
             }
         }
     }
@@ -391,14 +437,74 @@ impl State {
     }
 }
 
-/// The outcome a waiter has been sent, if any, following `Requeued` hand-overs to the
-/// receiver that is current.
-pub(crate) fn received(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outcome> {
+/// The outcome a waiter leaving for good has been sent, if any, following `Requeued`
+/// hand-overs to the receiver that is current. Each receiver is closed first, so that an
+/// outcome still on its way (sent after the lock was released) fails to arrive and its
+/// tokens go back, rather than arriving unseen after the waiter has decided.
+fn received_on_leaving(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outcome> {
     loop {
+        receiver.close();
         match receiver.try_recv() {
             Ok(Outcome::Requeued(next)) => *receiver = next,
             Ok(outcome) => return Some(outcome),
             Err(_) => return None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::Kind;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn empty_bucket_at_one_per_second() -> State {
+        let settings = Settings {
+            rate: Rate::per_second(1),
+            capacity: 1,
+            initial: 0,
+            queue_limit: None,
+        };
+        State::new(settings, 0)
+    }
+
+    fn take_one() -> Request {
+        Request {
+            kind: Kind::Take,
+            tokens: 1,
+            deadline: 2 * SECOND,
+        }
+    }
+
+    #[test]
+    fn outcomes_are_sent_by_whoever_releases_the_lock_not_under_it() {
+        let mut state = empty_bucket_at_one_per_second();
+        let (_, mut receiver) = state.enqueue(take_one());
+        state.serve(SECOND);
+        assert!(receiver.try_recv().is_err(), "sent under the lock");
+        let mut deliveries = Vec::new();
+        state.swap_deliveries(&mut deliveries);
+        assert_eq!(deliveries.into_iter().map(Delivery::send).sum::<u64>(), 0);
+        assert!(matches!(receiver.try_recv(), Ok(Outcome::Granted)));
+        assert_eq!(state.stats(SECOND).taken, 1);
+    }
+
+    #[test]
+    fn a_grant_still_on_its_way_when_its_waiter_leaves_goes_back_to_the_bucket() {
+        let mut state = empty_bucket_at_one_per_second();
+        let request = take_one();
+        let (id, mut receiver) = state.enqueue(request);
+        state.serve(SECOND);
+        // The deliverer has taken the grant out from under the lock but not sent it yet.
+        let mut in_flight = Vec::new();
+        state.swap_deliveries(&mut in_flight);
+        let seen = state.leave(id, &mut receiver, request, Leaving::DeadlinePassed, SECOND);
+        assert!(seen.is_none(), "the waiter saw {seen:?}");
+        let owed: u64 = in_flight.into_iter().map(Delivery::send).sum();
+        assert_eq!(owed, 1, "the send must fail once the waiter has left");
+        state.undelivered(owed, SECOND);
+        let stats = state.stats(SECOND);
+        assert_eq!((stats.available, stats.taken, stats.queued), (1, 0, 0));
     }
 }
