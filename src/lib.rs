@@ -62,6 +62,7 @@ mod future;
 #[cfg(feature = "io")]
 pub mod io;
 mod ledger;
+mod limiter;
 mod queue;
 mod rate;
 mod refill;
@@ -71,11 +72,13 @@ pub mod sink;
 mod state;
 mod stats;
 pub mod stream;
+mod turnstile;
 
 pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;
-pub use error::{ConfigError, TakeError, TryTakeError};
+pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
 pub use stats::Stats;
 
