@@ -1,8 +1,12 @@
 //! First in, first out waiting for the window limiters, which have no refill task: each
 //! waiter in turn sleeps until its request fits, then acquires.
 
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::select;
@@ -23,6 +27,9 @@ pub(crate) struct Turnstile {
     /// Permits asked for by everyone in line (the head included); `try_acquire` refuses
     /// while this is not zero, so it never jumps the line.
     queued: AtomicU64,
+    /// Each waiter's request, in the order of the line: a request must fit whole in a
+    /// window, so a `retry_after` behind the line needs the sizes, not only their sum.
+    line: std::sync::Mutex<Line>,
     /// Woken by refunds, which may let the head in before its computed instant.
     refunded: Notify,
 }
@@ -31,6 +38,20 @@ impl Turnstile {
     /// Permits asked for by the waiters in line.
     pub(crate) fn queued(&self) -> u64 {
         self.queued.load(Ordering::Acquire)
+    }
+
+    /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
+    /// and walks the whole line: for refusals while waiters are in line, not for the fast
+    /// path.
+    pub(crate) fn for_each_in_line(&self, mut visit: impl FnMut(u64)) {
+        for place in &self.line().places {
+            visit(place.permits);
+        }
+    }
+
+    fn line(&self) -> MutexGuard<'_, Line> {
+        // Nothing panics while holding it, so a poisoned line is still consistent.
+        self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Tells the head that permits came back early.
@@ -49,8 +70,21 @@ impl Turnstile {
         permits: u64,
         mut attempt: impl FnMut(u64) -> Result<(), TryAcquireError>,
     ) -> Result<(), AcquireError> {
-        let _in_line = InLine::join(&self.queued, permits);
-        let _head = self.head.lock().await;
+        let mut head = pin!(self.head.lock());
+        // Join the record and the lock's queue in one step (the lock future queues on its
+        // first poll), so that both hold the waiters in the same order.
+        let (_in_line, first_poll) = poll_fn(|context| {
+            let mut line = self.line();
+            let in_line = InLine::join(self, &mut line, permits);
+            let first_poll = head.as_mut().poll(context);
+            drop(line);
+            Poll::Ready((in_line, first_poll))
+        })
+        .await;
+        let _head = match first_poll {
+            Poll::Ready(head) => head,
+            Poll::Pending => head.await,
+        };
         loop {
             // Listen before looking, so a refund between the two is not missed.
             let refunded = self.refunded.notified();
@@ -78,25 +112,59 @@ async fn sleep_or_refund(retry_after: Duration, refunded: Notified<'_>) {
     let _ = select(sleep, pin!(refunded)).await;
 }
 
-/// A waiter's permits, counted in [`Turnstile::queued`] until it leaves the line, by
-/// success, error or drop.
-struct InLine<'a> {
-    queued: &'a AtomicU64,
+/// The waiters' requests in line order, each with a ticket to find it when it leaves.
+#[derive(Debug, Default)]
+struct Line {
+    places: VecDeque<Place>,
+    next_ticket: u64,
+}
+
+#[derive(Debug)]
+struct Place {
+    ticket: u64,
     permits: u64,
 }
 
+/// A waiter's place: its permits counted in [`Turnstile::queued`] and recorded in the
+/// line until it leaves, by success, error or drop.
+struct InLine<'a> {
+    turnstile: &'a Turnstile,
+    ticket: u64,
+    /// What it adds to `queued`.
+    counted: u64,
+}
+
 impl<'a> InLine<'a> {
-    fn join(queued: &'a AtomicU64, permits: u64) -> InLine<'a> {
+    /// Joins the line; the caller queues on the lock before letting go of `line`.
+    fn join(turnstile: &'a Turnstile, line: &mut Line, permits: u64) -> InLine<'a> {
+        let ticket = line.next_ticket;
+        line.next_ticket = ticket.wrapping_add(1);
+        line.places.push_back(Place { ticket, permits });
         // A waiter counts even for zero permits, so the line is never seen empty while
         // someone stands in it.
-        let permits = permits.max(1);
-        queued.fetch_add(permits, Ordering::AcqRel);
-        InLine { queued, permits }
+        let counted = permits.max(1);
+        turnstile.queued.fetch_add(counted, Ordering::AcqRel);
+        InLine {
+            turnstile,
+            ticket,
+            counted,
+        }
     }
 }
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
-        self.queued.fetch_sub(self.permits, Ordering::AcqRel);
+        let mut line = self.turnstile.line();
+        // Usually the head leaves, so the search ends at once.
+        if let Some(index) = line
+            .places
+            .iter()
+            .position(|place| place.ticket == self.ticket)
+        {
+            line.places.remove(index);
+        }
+        self.turnstile
+            .queued
+            .fetch_sub(self.counted, Ordering::AcqRel);
     }
 }
