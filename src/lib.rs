@@ -58,6 +58,7 @@ mod bucket;
 mod builder;
 mod clock;
 mod error;
+mod fixed_window;
 mod future;
 #[cfg(feature = "io")]
 pub mod io;
@@ -77,6 +78,7 @@ mod turnstile;
 pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;
 pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
+pub use fixed_window::FixedWindow;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
