@@ -716,13 +716,16 @@ mod tests {
         const THREADS: u64 = 8;
         let limiter = FixedWindow::new(LIMIT, Duration::from_micros(200)).unwrap();
         let run = Duration::from_millis(500);
-        let start = std::time::Instant::now();
+        let start_together = std::sync::Barrier::new(THREADS as usize);
         let refusals = AtomicU64::new(0);
         let admissions: Vec<(u64, u64)> = thread::scope(|scope| {
             let threads: Vec<_> = (0..THREADS)
                 .map(|thread| {
                     let (shared, refusals) = (&limiter.shared, &refusals);
+                    let start_together = &start_together;
                     scope.spawn(move || {
+                        start_together.wait();
+                        let start = std::time::Instant::now();
                         let mut admitted = Vec::new();
                         let mut calls = thread;
                         while start.elapsed() < run {

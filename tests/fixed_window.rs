@@ -449,3 +449,35 @@ async fn works_through_the_limiter_trait() {
     // 3 | 3 1 | 4
     assert_eq!(start.elapsed(), ms(1_000));
 }
+
+/// Real threads race for one window's permits (an hour long, so the real clock stays in
+/// it): together they get exactly the limit, none lost and none twice. The racing test
+/// across many window edges is in `src/fixed_window.rs`, where each admission reports its
+/// window.
+#[test]
+fn racing_threads_share_exactly_one_window_of_permits() {
+    const LIMIT: u64 = 1_000_000;
+    const THREADS: usize = 8;
+    let limiter = FixedWindow::new(LIMIT, secs(3_600)).unwrap();
+    let start_together = std::sync::Barrier::new(THREADS);
+    let admitted: u64 = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    start_together.wait();
+                    let mut admitted = 0;
+                    while limiter.try_acquire(1).is_ok() {
+                        admitted += 1;
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap())
+            .sum()
+    });
+    assert_eq!(admitted, LIMIT);
+    assert_eq!(limiter.available(), 0);
+}
