@@ -66,9 +66,12 @@ mod limiter;
 mod queue;
 mod rate;
 mod refill;
+mod ring;
 #[cfg(feature = "tower")]
 pub mod service;
 pub mod sink;
+mod sliding;
+mod sliding_log;
 mod state;
 mod stats;
 pub mod stream;
@@ -80,6 +83,7 @@ pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeEr
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
+pub use sliding_log::SlidingLog;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the
