@@ -72,6 +72,7 @@ pub mod service;
 pub mod sink;
 mod sliding;
 mod sliding_log;
+mod sliding_window;
 mod state;
 mod stats;
 pub mod stream;
@@ -84,6 +85,7 @@ pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
 pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the

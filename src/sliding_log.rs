@@ -28,7 +28,10 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// including, `t + window`: it holds back a request until `t + window` exactly, not a
 /// nanosecond less. Equivalently, every half-open interval `[a, a + window)` holds at
 /// most `limit` admitted permits, wherever `a` falls. Time is whole nanoseconds on
-/// tokio's clock, so `#[tokio::test(start_paused = true)]` drives it exactly.
+/// tokio's clock, so `#[tokio::test(start_paused = true)]` drives it exactly, and a
+/// refusal's `retry_after` is exact to the nanosecond. With others waiting in line it
+/// counts their permits too, as if each asked for one: never shorter than the true
+/// wait, and exact when they did.
 ///
 /// A cheap-to-clone handle: clones share one limiter. It implements [`Limiter`], which
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),
