@@ -191,6 +191,13 @@ pub enum ConfigError {
     },
     /// A [`Keyed`](crate::Keyed) limiter was given a `max_keys` of zero.
     ZeroMaxKeys,
+    /// A time wheel's `slots * slot_duration` is longer than a `Duration` can hold.
+    WindowTooLong {
+        /// The slots asked for.
+        slots: u64,
+        /// The duration of each slot asked for.
+        slot_duration: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -216,6 +223,13 @@ impl fmt::Display for ConfigError {
                 write!(f, "{slots} slots: a time wheel needs between 1 and {max}")
             }
             ConfigError::ZeroMaxKeys => f.write_str("max_keys is zero: it must be at least 1"),
+            ConfigError::WindowTooLong {
+                slots,
+                slot_duration,
+            } => write!(
+                f,
+                "{slots} slots of {slot_duration:?} make a window longer than a Duration holds"
+            ),
         }
     }
 }

@@ -67,9 +67,13 @@ mod limiter;
 mod queue;
 mod rate;
 mod refill;
+mod ring;
 #[cfg(feature = "tower")]
 pub mod service;
 pub mod sink;
+mod sliding;
+mod sliding_log;
+mod sliding_window;
 mod state;
 mod stats;
 pub mod stream;
@@ -82,6 +86,8 @@ pub use fixed_window::FixedWindow;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the
