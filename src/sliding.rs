@@ -9,6 +9,7 @@
 //! They differ only in how long a grant counts and how they find the grants that stop
 //! counting first: that is the [`Tally`] trait.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -144,17 +145,23 @@ impl<T: Tally> Sliding<T> {
     /// waits in it; else says how long until they could be, after those in line.
     fn admit(&self, permits: u64, caller: Caller) -> Result<(), TryAcquireError> {
         let (mut tally, now) = self.lock();
-        let ahead = match caller {
-            Caller::OutsideTheLine => self.shared.turnstile.queued(),
-            Caller::HeadOfTheLine => 0,
+        let line_ahead = match caller {
+            Caller::OutsideTheLine => self.shared.turnstile.queued() > 0,
+            Caller::HeadOfTheLine => false,
         };
-        if ahead == 0 && tally.fits(permits, now) {
+        if !line_ahead && tally.fits(permits, now) {
             tally.record(permits, now);
             return Ok(());
         }
-        let needed = ahead.saturating_add(permits);
+        let mut requests = Vec::new();
+        if line_ahead {
+            self.shared
+                .turnstile
+                .for_each_in_line(|waiting| requests.push(waiting));
+        }
+        requests.push(permits);
         Err(TryAcquireError::Limited {
-            retry_after: retry_after(&*tally, self.shared.settings.limit, needed, now),
+            retry_after: retry_after(&*tally, self.shared.settings.limit, &requests, now),
         })
     }
 
@@ -246,19 +253,42 @@ enum Caller {
     HeadOfTheLine,
 }
 
-/// How long from `now` until `needed` more grants could have been made, the earlier
-/// ones (those of the waiters ahead) first: never shorter than the true wait.
+/// How long from `now` until the last of `requests` (the line ahead, head first, then
+/// the caller's) could be admitted, each admitted whole and in order as the line admits
+/// them: exact, so never shorter than the true wait.
 ///
-/// Grant number `j` of the coming ones (from 0) can be made once the grant `limit`
-/// before it stops counting. For `j < limit` that is one of the last `limit` grants made,
-/// which the tally knows; beyond, it is a coming grant, made itself at the earliest when
-/// its own predecessor stopped counting, and so on: `j / limit` laps back into the
-/// tally. This is the exact answer when every waiter ahead asks for one permit; larger
-/// requests, which must fit at one instant, can only wait longer.
-fn retry_after(tally: &impl Tally, limit: u64, needed: u64, now: u64) -> Duration {
-    let last = needed - 1;
-    let first = tally.released_at(last % limit).max(u128::from(now));
-    let ready_at = tally.released_after_laps(first, last / limit);
+/// Think of the grants in order, the tally's last `limit` first (positions `0..limit`,
+/// the oldest first, missing ones long gone), then those the line would make. A request
+/// for `p` permits fits once the `p`-th oldest of the last `limit` grants before it stops
+/// counting; that is position `made + p - 1`, where `made` counts the grants the line
+/// made before it. Positions from `limit` on are the line's own grants, which stop
+/// counting one lap after they are made. Positions only grow, so one pass over the
+/// line's admissions finds them all: O(line).
+fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Duration {
+    // The line's admissions: (grants made up to and including this one, instant).
+    let mut admissions: VecDeque<(u64, u128)> = VecDeque::with_capacity(requests.len());
+    let mut made: u64 = 0;
+    let mut ready_at = u128::from(now);
+    // A request for nothing is admitted at once and takes nothing.
+    for &permits in requests.iter().filter(|&&permits| permits > 0) {
+        let deciding = made.saturating_add(permits - 1);
+        let released = match deciding.checked_sub(limit) {
+            None => tally.released_at(deciding),
+            Some(own) => {
+                while admissions
+                    .front()
+                    .is_some_and(|&(through, _)| through <= own)
+                {
+                    admissions.pop_front();
+                }
+                let (_, admitted_at) = admissions[0];
+                tally.released_after_laps(admitted_at, 1)
+            }
+        };
+        ready_at = ready_at.max(released);
+        made = made.saturating_add(permits);
+        admissions.push_back((made, ready_at));
+    }
     duration_from_nanos(ready_at - u128::from(now))
 }
 

@@ -30,8 +30,7 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// most `limit` admitted permits, wherever `a` falls. Time is whole nanoseconds on
 /// tokio's clock, so `#[tokio::test(start_paused = true)]` drives it exactly, and a
 /// refusal's `retry_after` is exact to the nanosecond. With others waiting in line it
-/// counts their permits too, as if each asked for one: never shorter than the true
-/// wait, and exact when they did.
+/// places each of their requests, whole and in order, before the caller's: still exact.
 ///
 /// A cheap-to-clone handle: clones share one limiter. It implements [`Limiter`], which
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),

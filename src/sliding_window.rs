@@ -45,9 +45,8 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 ///
 /// Time is whole nanoseconds on tokio's clock, so `#[tokio::test(start_paused = true)]`
 /// drives it exactly, and `retry_after` is exact: the first nanosecond of the slot at
-/// which enough permits stop counting. With others waiting in line it counts their
-/// permits too, as if each asked for one: never shorter than the true wait, and exact
-/// when they did.
+/// which enough permits stop counting. With others waiting in line it places each of their
+/// requests, whole and in order, before the caller's: still exact.
 ///
 /// A cheap-to-clone handle: clones share one limiter. It implements [`Limiter`], which
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),

@@ -58,6 +58,11 @@ async fn a_refund_lets_the_waiting_head_in_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn retry_after_places_each_waiter_in_line_whole() {
+    limiters::retry_after_places_each_waiter_in_line_whole(log(5, secs(1)), HOLD).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn retry_after_counts_the_permits_of_the_waiters_in_line() {
     limiters::retry_after_counts_the_permits_of_the_waiters_in_line(log(3, secs(1)), HOLD).await;
 }

@@ -256,11 +256,10 @@ pub async fn try_acquire_never_jumps_the_line<L: Limiter>(limiter: L, hold: Dura
     // One permit is free, but the head wants two.
     assert_eq!(limiter.available(), 1);
     assert!(limiter.is_limited());
-    // Knowing only that 2 permits wait ahead, the soonest this one could go is as if
-    // they were two requests of 1, one now and one when the permit from 500 ms leaves;
-    // this one would follow when the first of them leaves: `hold` from now. Never
-    // shorter than the truth, which comes next.
-    assert_eq!(retry_after(limiter.try_acquire(1)), hold);
+    // The head's 2 go in together once the permit from 500 ms leaves, 500 ms from now,
+    // and fill the limit: this one must wait for them to leave, `hold` after that.
+    // (Counting the head as two requests of 1 would say `hold`: too short.)
+    assert_eq!(retry_after(limiter.try_acquire(1)), hold + ms(500));
     advance(ms(500)).await;
     assert_eq!(head.await, Ok(()));
     assert_eq!(Instant::now() - start, hold + ms(500));
@@ -317,4 +316,31 @@ pub fn threads_never_get_more_than_the_limit_in_any_window<L: Limiter>(
     );
     assert!(seen.refusals > 0, "the threads were limited");
     check_never_over(&seen.admissions, limit, window).unwrap();
+}
+
+/// Needs a limit of 5. Requests of mixed sizes in line: each is admitted whole, so the
+/// line can take longer than the sum of its permits suggests (the sum says `3 * hold`).
+pub async fn retry_after_places_each_waiter_in_line_whole<L: Limiter + Waiting + Clone>(
+    limiter: L,
+    hold: Duration,
+) {
+    let start = Instant::now();
+    limiter.try_acquire(5).unwrap();
+    // 3 at `hold`; 4 cannot join them until they leave, at 2 × hold, with the 1; the 5
+    // must wait for those to leave, at 3 × hold; and one more permit for the 5 to leave.
+    let waiters = [
+        join_line(&limiter, 3).await,
+        join_line(&limiter, 4).await,
+        join_line(&limiter, 1).await,
+        join_line(&limiter, 5).await,
+    ];
+    assert_eq!(retry_after(limiter.try_acquire(1)), hold * 4);
+    let mut admitted = Vec::new();
+    for waiter in waiters {
+        let (result, at) = waiter.await.unwrap();
+        assert_eq!(result, Ok(()));
+        admitted.push(at - start);
+    }
+    assert_eq!(admitted, [hold, hold * 2, hold * 2, hold * 3]);
+    assert_eq!(retry_after(limiter.try_acquire(1)), hold);
 }
