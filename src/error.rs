@@ -191,6 +191,14 @@ pub enum ConfigError {
     },
     /// A [`Keyed`](crate::Keyed) limiter was given a `max_keys` of zero.
     ZeroMaxKeys,
+    /// A [`Keyed`](crate::Keyed) limiter was given a number of shards that is zero, not a
+    /// power of two, or above the largest accepted.
+    BadShards {
+        /// The shards asked for.
+        shards: usize,
+        /// The largest number of shards accepted.
+        max: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -216,6 +224,10 @@ impl fmt::Display for ConfigError {
                 write!(f, "{slots} slots: a time wheel needs between 1 and {max}")
             }
             ConfigError::ZeroMaxKeys => f.write_str("max_keys is zero: it must be at least 1"),
+            ConfigError::BadShards { shards, max } => write!(
+                f,
+                "{shards} shards: a keyed limiter needs a power of two between 1 and {max}"
+            ),
         }
     }
 }

@@ -61,6 +61,7 @@ mod error;
 mod future;
 #[cfg(feature = "io")]
 pub mod io;
+mod keyed;
 mod ledger;
 mod limiter;
 mod queue;
@@ -78,6 +79,7 @@ pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;
 pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
 pub use stats::Stats;
