@@ -101,9 +101,11 @@ const QUIET_FACTOR: u64 = 9;
 /// sweeping every shard; if no key is idle it is refused with
 /// [`TooManyKeys`](TryAcquireError::TooManyKeys), while the keys already held are served
 /// as usual. Such a sweep looks at every key, so the next one waits until the clock has
-/// moved on by nine times as long as it took: however fast new keys pour in, these sweeps
-/// take at most a tenth of one thread's time, and a refused key costs O(1). Under tokio's
-/// paused clock a sweep takes no time, so the next one waits only for the clock to move.
+/// moved on by nine times as long as it took, and new keys that find no room meanwhile
+/// are refused without one: however fast they pour in, these sweeps take at most a tenth
+/// of one thread's time, and a refused key costs O(1). The price is that a key going idle
+/// during that wait is found only by the next sweep. Under tokio's paused clock a sweep
+/// takes no time, so the next one waits only for the clock to move.
 ///
 /// # Concurrency
 ///
@@ -290,9 +292,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     ///
     /// # Errors
     ///
-    /// [`TryAcquireError::TooManyKeys`] when `key` is new and
-    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, none of them idle (the keys
-    /// already held are still served); otherwise the errors of the key's limiter's
+    /// [`TryAcquireError::TooManyKeys`] when `key` is new,
+    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, and no room could be made
+    /// (see [the memory bound](Keyed#the-memory-bound)); the keys already held are still
+    /// served. Otherwise the errors of the key's limiter's
     /// [`try_acquire`](Limiter::try_acquire): [`TryAcquireError::Limited`] with the
     /// `retry_after` of this key alone, [`TryAcquireError::ExceedsLimit`], and a bucket's
     /// [`TryAcquireError::Closed`].
@@ -342,8 +345,9 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     ///
     /// # Errors
     ///
-    /// [`AcquireError::TooManyKeys`] when `key` is new and
-    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, none of them idle; otherwise the
+    /// [`AcquireError::TooManyKeys`] when `key` is new,
+    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, and no room could be made
+    /// (see [the memory bound](Keyed#the-memory-bound)). Otherwise the
     /// errors of the key's limiter's [`acquire`](Limiter::acquire):
     /// [`AcquireError::ExceedsLimit`], [`AcquireError::NoRuntime`], and a bucket's
     /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
@@ -662,8 +666,9 @@ pub struct KeyedBuilder<K, L> {
 impl<K, L: Limiter> KeyedBuilder<K, L> {
     /// The most keys held at once. A new key that would pass it first makes room by
     /// forgetting idle keys, and is refused with
-    /// [`TooManyKeys`](TryAcquireError::TooManyKeys) if none is idle. Unbounded by default
-    /// (idle keys are still forgotten automatically).
+    /// [`TooManyKeys`](TryAcquireError::TooManyKeys) if none is idle (see
+    /// [the memory bound](Keyed#the-memory-bound) for how often it looks). Unbounded by
+    /// default (idle keys are still forgotten automatically).
     ///
     /// # Examples
     ///
