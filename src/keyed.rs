@@ -107,6 +107,19 @@ const QUIET_FACTOR: u64 = 9;
 /// during that wait is found only by the next sweep. Under tokio's paused clock a sweep
 /// takes no time, so the next one waits only for the clock to move.
 ///
+/// # What a key costs
+///
+/// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` (on a shared two-core
+/// machine, so roughly): a `TokenBucket` key takes about 640 bytes of heap in six
+/// allocations. The bucket itself is about 580 of them, in five allocations: its shared
+/// state with the waiter queue and counters, a `Notify` for its refill task, and the
+/// channel and shared future behind [`TokenBucket::closed`](crate::TokenBucket::closed);
+/// the `Arc` and the map's slot make up the rest. governor's keyed limiter, which keeps one
+/// 8-byte word per key inline in its map, takes about 35. A `try_acquire` over a million
+/// keys took about 410 ns (governor: 210 ns), dominated by cache misses along the
+/// pointers from the map to the bucket's state; for one hot key about 95 ns (governor:
+/// 45 ns).
+///
 /// # Concurrency
 ///
 /// A shard's lock is held only to find or add a key's limiter, and during a sweep; the
