@@ -198,6 +198,14 @@ pub enum ConfigError {
         /// The duration of each slot asked for.
         slot_duration: Duration,
     },
+    /// A [`Keyed`](crate::Keyed) limiter was given a number of shards that is zero, not a
+    /// power of two, or above the largest accepted.
+    BadShards {
+        /// The shards asked for.
+        shards: usize,
+        /// The largest number of shards accepted.
+        max: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -229,6 +237,10 @@ impl fmt::Display for ConfigError {
             } => write!(
                 f,
                 "{slots} slots of {slot_duration:?} make a window longer than a Duration holds"
+            ),
+            ConfigError::BadShards { shards, max } => write!(
+                f,
+                "{shards} shards: a keyed limiter needs a power of two between 1 and {max}"
             ),
         }
     }

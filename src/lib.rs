@@ -62,6 +62,7 @@ mod fixed_window;
 mod future;
 #[cfg(feature = "io")]
 pub mod io;
+mod keyed;
 mod ledger;
 mod limiter;
 mod queue;
@@ -84,6 +85,7 @@ pub use builder::Builder;
 pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
 pub use fixed_window::FixedWindow;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
 pub use sliding_log::SlidingLog;
