@@ -663,6 +663,18 @@ impl TokenBucket {
         self.update(|state, now| state.leave(id, receiver, request, why, now))
     }
 
+    /// A new, full bucket with this one's rate, capacity and queue limit.
+    pub(crate) fn fresh_full(&self) -> TokenBucket {
+        let capacity = self.capacity();
+        TokenBucket::from_settings(Settings {
+            rate: self.rate(),
+            capacity,
+            initial: capacity,
+            queue_limit: self.shared.queue_limit,
+        })
+        .expect("a live bucket's settings passed validation when it was made")
+    }
+
     pub(crate) fn clock(&self) -> &Clock {
         &self.shared.clock
     }

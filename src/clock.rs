@@ -8,8 +8,9 @@ use tokio::time::Instant;
 /// `u64` nanoseconds last 584 years, so saturating at this value loses nothing real.
 pub(crate) const NEVER: u64 = u64::MAX;
 
-/// The bucket's time origin.
-#[derive(Debug)]
+/// The bucket's time origin. Cloned, it keeps the origin: a window limiter's `fresh`
+/// copy keeps its window boundaries.
+#[derive(Debug, Clone)]
 pub(crate) struct Clock {
     origin: Instant,
 }

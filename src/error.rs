@@ -171,6 +171,41 @@ pub enum ConfigError {
     /// [`Builder::build`](crate::Builder::build) was called without a
     /// [`rate`](crate::Builder::rate).
     MissingRate,
+    /// A window limiter's limit is zero, so no request could ever be served.
+    ZeroLimit,
+    /// A window limiter's window (or a wheel's slot) is zero long.
+    ZeroWindow,
+    /// The limit is above what the limiter can represent or should allocate for.
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+        /// The largest limit this limiter accepts.
+        max: u64,
+    },
+    /// A time wheel was given zero slots, or more than it accepts.
+    BadSlots {
+        /// The slots asked for.
+        slots: u64,
+        /// The largest number of slots accepted.
+        max: u64,
+    },
+    /// A [`Keyed`](crate::Keyed) limiter was given a `max_keys` of zero.
+    ZeroMaxKeys,
+    /// A time wheel's `slots * slot_duration` is longer than a `Duration` can hold.
+    WindowTooLong {
+        /// The slots asked for.
+        slots: u64,
+        /// The duration of each slot asked for.
+        slot_duration: Duration,
+    },
+    /// A [`Keyed`](crate::Keyed) limiter was given a number of shards that is zero, not a
+    /// power of two, or above the largest accepted.
+    BadShards {
+        /// The shards asked for.
+        shards: usize,
+        /// The largest number of shards accepted.
+        max: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -185,8 +220,172 @@ impl fmt::Display for ConfigError {
                 "the initial tokens ({initial}) exceed the capacity ({capacity})"
             ),
             ConfigError::MissingRate => f.write_str("the builder was given no rate"),
+            ConfigError::ZeroLimit => f.write_str("the limit is zero: it must be at least 1"),
+            ConfigError::ZeroWindow => {
+                f.write_str("the window is zero long: it must be at least 1 nanosecond")
+            }
+            ConfigError::LimitTooLarge { limit, max } => {
+                write!(f, "the limit {limit} is above the largest accepted, {max}")
+            }
+            ConfigError::BadSlots { slots, max } => {
+                write!(f, "{slots} slots: a time wheel needs between 1 and {max}")
+            }
+            ConfigError::ZeroMaxKeys => f.write_str("max_keys is zero: it must be at least 1"),
+            ConfigError::WindowTooLong {
+                slots,
+                slot_duration,
+            } => write!(
+                f,
+                "{slots} slots of {slot_duration:?} make a window longer than a Duration holds"
+            ),
+            ConfigError::BadShards { shards, max } => write!(
+                f,
+                "{shards} shards: a keyed limiter needs a power of two between 1 and {max}"
+            ),
         }
     }
 }
 
 impl Error for ConfigError {}
+
+/// Why a [`Limiter`](crate::Limiter)'s `try_acquire` admitted nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = FixedWindow::new(2, Duration::from_secs(1))?;
+/// limiter.try_acquire(2)?;
+/// assert_eq!(
+///     limiter.try_acquire(1),
+///     Err(TryAcquireError::Limited { retry_after: Duration::from_secs(1) })
+/// );
+/// assert_eq!(
+///     limiter.try_acquire(3),
+///     Err(TryAcquireError::ExceedsLimit { requested: 3, limit: 2 })
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TryAcquireError {
+    /// Not allowed now, or others wait first. The same request could succeed after
+    /// `retry_after` if nobody else acquires first; it is never shorter than the true
+    /// wait, so it can be sent as an HTTP `Retry-After`.
+    Limited {
+        /// How long until the same request could succeed.
+        retry_after: Duration,
+    },
+    /// More permits were requested than the limiter can ever admit at once (a bucket's
+    /// capacity, a window's limit).
+    ExceedsLimit {
+        /// The permits asked for.
+        requested: u64,
+        /// The most the limiter admits at once.
+        limit: u64,
+    },
+    /// A [`Keyed`](crate::Keyed) limiter holds `max_keys` busy keys and this is a new one.
+    TooManyKeys {
+        /// The bound on keys.
+        max_keys: usize,
+    },
+    /// The limiter was closed (only a [`TokenBucket`](crate::TokenBucket) can be).
+    Closed,
+}
+
+impl fmt::Display for TryAcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryAcquireError::Limited { retry_after } => {
+                write!(f, "rate limited; retry after {retry_after:?}")
+            }
+            TryAcquireError::ExceedsLimit { requested, limit } => {
+                exceeds_limit(f, *requested, *limit)
+            }
+            TryAcquireError::TooManyKeys { max_keys } => too_many_keys(f, *max_keys),
+            TryAcquireError::Closed => f.write_str("the limiter is closed"),
+        }
+    }
+}
+
+impl Error for TryAcquireError {}
+
+/// Why a [`Limiter`](crate::Limiter)'s `acquire` did not succeed.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{AcquireError, Limiter, SlidingLog};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = SlidingLog::new(5, Duration::from_secs(1))?;
+/// assert_eq!(
+///     limiter.acquire(6).await,
+///     Err(AcquireError::ExceedsLimit { requested: 6, limit: 5 })
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// More permits were requested than the limiter can ever admit at once.
+    ExceedsLimit {
+        /// The permits asked for.
+        requested: u64,
+        /// The most the limiter admits at once.
+        limit: u64,
+    },
+    /// A [`TokenBucket`](crate::TokenBucket)'s queue limit would have been passed.
+    QueueFull {
+        /// Permits already queued.
+        queued: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A [`Keyed`](crate::Keyed) limiter holds `max_keys` busy keys and this is a new one.
+    TooManyKeys {
+        /// The bound on keys.
+        max_keys: usize,
+    },
+    /// The limiter was closed (only a [`TokenBucket`](crate::TokenBucket) can be).
+    Closed,
+    /// The request had to wait, but it was polled outside a tokio runtime.
+    NoRuntime,
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::ExceedsLimit { requested, limit } => exceeds_limit(f, *requested, *limit),
+            AcquireError::QueueFull { queued, limit } => write!(
+                f,
+                "the queue is full: {queued} permits are queued and the limit is {limit}"
+            ),
+            AcquireError::TooManyKeys { max_keys } => too_many_keys(f, *max_keys),
+            AcquireError::Closed => f.write_str("the limiter is closed"),
+            AcquireError::NoRuntime => {
+                f.write_str("the request must wait, but it was polled outside a tokio runtime")
+            }
+        }
+    }
+}
+
+impl Error for AcquireError {}
+
+fn exceeds_limit(f: &mut fmt::Formatter<'_>, requested: u64, limit: u64) -> fmt::Result {
+    write!(
+        f,
+        "requested {requested} permits but the limiter admits at most {limit} at once"
+    )
+}
+
+fn too_many_keys(f: &mut fmt::Formatter<'_>, max_keys: usize) -> fmt::Result {
+    write!(
+        f,
+        "a new key was refused: {max_keys} keys are busy, the most this limiter tracks"
+    )
+}

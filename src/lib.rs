@@ -58,25 +58,38 @@ mod bucket;
 mod builder;
 mod clock;
 mod error;
+mod fixed_window;
 mod future;
 #[cfg(feature = "io")]
 pub mod io;
+mod keyed;
 mod ledger;
+mod limiter;
 mod queue;
 mod rate;
 mod refill;
+mod ring;
 #[cfg(feature = "tower")]
 pub mod service;
 pub mod sink;
+mod sliding;
+mod sliding_log;
+mod sliding_window;
 mod state;
 mod stats;
 pub mod stream;
+mod turnstile;
 
 pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;
-pub use error::{ConfigError, TakeError, TryTakeError};
+pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
+pub use fixed_window::FixedWindow;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use keyed::{Keyed, KeyedBuilder};
+pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the

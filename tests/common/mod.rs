@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod admissions;
+pub mod limiters;
+
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -32,6 +35,10 @@ pub fn secs(seconds: u64) -> Duration {
     Duration::from_secs(seconds)
 }
 
+pub fn ns(nanos: u64) -> Duration {
+    Duration::from_nanos(nanos)
+}
+
 /// Yields until `done` holds, so that spawned tasks get to run (and queue); fails rather
 /// than hanging if it never does.
 pub async fn yield_until(mut done: impl FnMut() -> bool) {
@@ -61,4 +68,25 @@ pub fn bucket_with(
 /// A bucket that starts empty.
 pub fn empty_bucket(rate: token_bucket::Rate, capacity: u64) -> token_bucket::TokenBucket {
     bucket_with(rate, capacity, 0)
+}
+
+/// The `retry_after` of a `try_acquire` refused as `Limited`; fails on anything else.
+#[track_caller]
+pub fn retry_after(result: Result<(), token_bucket::TryAcquireError>) -> Duration {
+    match result {
+        Err(token_bucket::TryAcquireError::Limited { retry_after }) => retry_after,
+        other => panic!("expected Limited, got {other:?}"),
+    }
+}
+
+/// Spawns `limiter.acquire(permits)`; the task returns its result and when it finished.
+pub fn spawn_acquire<L: token_bucket::Limiter + Clone>(
+    limiter: &L,
+    permits: u64,
+) -> tokio::task::JoinHandle<(Result<(), token_bucket::AcquireError>, Instant)> {
+    let limiter = limiter.clone();
+    tokio::spawn(async move {
+        let result = limiter.acquire(permits).await;
+        (result, Instant::now())
+    })
 }

@@ -1,0 +1,762 @@
+//! [`FixedWindow`]: a limit per fixed window of time, counted lock-free in one atomic
+//! word that holds the window and its count together.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{nanos, Clock};
+use crate::error::{AcquireError, ConfigError, TryAcquireError};
+use crate::limiter::Limiter;
+use crate::turnstile::Turnstile;
+
+/// The largest limit: the count takes at most the low 32 bits of the state word, so the
+/// window number keeps at least 32.
+const MAX_LIMIT: u64 = u32::MAX as u64;
+
+/// A fixed-window rate limiter: at most `limit` permits in each window of time, the
+/// windows following each other from the instant the limiter was made.
+///
+/// A cheap-to-clone handle: clones share one limiter, across tasks and threads.
+/// [`try_acquire`](Limiter::try_acquire) answers at once, without a lock, with a
+/// `retry_after` hint when it refuses; [`acquire`](Limiter::acquire) waits its turn, first
+/// in, first out. Time is read from tokio's clock, so paused-time tests are exact.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 100 requests per second.
+/// let limiter = FixedWindow::new(100, Duration::from_secs(1))?;
+/// limiter.try_acquire(100)?;
+/// tokio::time::advance(Duration::from_millis(300)).await;
+/// // The window is spent: the next one starts 700 ms from now.
+/// assert_eq!(
+///     limiter.try_acquire(1),
+///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(700) })
+/// );
+/// limiter.acquire(1).await?; // waits for the next window
+/// assert_eq!(limiter.available(), 99);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # How it counts
+///
+/// A request falls in window `elapsed / window`, `elapsed` being the time since the
+/// limiter was made. The limiter keeps one `AtomicU64` holding a window's number and the
+/// permits admitted in it. A request reads the clock, then the word, and decides:
+///
+/// - the word is of its own window: it is admitted if `count + permits <= limit`;
+/// - the word is of an older window: that window is over, so the request starts its own
+///   window with a count of just its permits;
+/// - the word is of a *newer* window: a caller that read the clock a moment later has
+///   already started it, so the request counts into that newer window. Going back would
+///   erase the newer window's count and let it admit its limit twice.
+///
+/// It writes its decision with one compare-exchange; if another caller changed the word
+/// in between, it decides again on what that caller wrote. As the window and its count
+/// change together, a window is started only once, and no request is admitted against a
+/// count that another thread was about to reset.
+///
+/// # The seam burst
+///
+/// A fixed window limits each window, not every interval of the same length: `limit`
+/// permits at the very end of one window and `limit` more at the start of the next are
+/// all admitted, twice the limit within a moment. Where every interval of length
+/// `window` must hold at most `limit`, use [`SlidingLog`](crate::SlidingLog), which is
+/// exact; [`SlidingWindow`](crate::SlidingWindow) narrows the burst with slots.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{FixedWindow, Limiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+/// tokio::time::advance(Duration::from_secs(1) - Duration::from_nanos(1)).await;
+/// limiter.try_acquire(10)?; // the last nanosecond of window 0
+/// tokio::time::advance(Duration::from_nanos(1)).await;
+/// limiter.try_acquire(10)?; // the first nanosecond of window 1: 20 within 1 ns
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Waiting
+///
+/// Waiters stand in one line per limiter. A request must fit whole in one window, so
+/// the head of the line sleeps until the next window (or until a
+/// [`refund`](Limiter::refund) makes room) and those behind it wait their turn, even
+/// ones small enough to fit now: nobody is starved. `try_acquire` never jumps the line:
+/// while anyone waits it refuses, with a `retry_after` that places every waiter ahead in
+/// the first window where it fits whole, as the line will.
+///
+/// # After a long idle time
+///
+/// The count takes just enough bits for the limit (`b` bits, the bit length of `limit`,
+/// at most 32); the window's number keeps its low `64 - b` bits. Callers compare window
+/// numbers modulo 2<sup>64−b</sup>: a stored window up to 2<sup>63−b</sup> windows ahead
+/// is taken for a newer one, any other for an older one. So a limiter untouched for more
+/// than 2<sup>63−b</sup> windows may take its last window for a newer one, or (after an
+/// exact multiple of 2<sup>64−b</sup> windows) for the current one. It then refuses more
+/// than it should until that window would end; it never admits more than `limit`.
+///
+/// This needs a window shorter than 2<sup>b+1</sup> nanoseconds: with a longer one,
+/// 2<sup>63−b</sup> windows outlast the clock's range (`u64` nanoseconds, 584 years). It
+/// cannot happen with windows of 1 ms or more and a limit up to 262 143, nor with windows
+/// of 8.6 s or more and any limit. At worst (a limit of `u32::MAX` per nanosecond) the
+/// idle time that is still seen exactly is 2<sup>31</sup> ns, 2.1 s.
+///
+/// # Runtime
+///
+/// Everything but a waiting `acquire` works from any thread, with or without a runtime.
+/// An `acquire` that must wait needs a tokio runtime with time enabled; without one it
+/// fails with [`AcquireError::NoRuntime`].
+#[derive(Clone)]
+pub struct FixedWindow {
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a [`FixedWindow`] points to.
+struct Shared {
+    limit: u64,
+    window: Duration,
+    /// `window` in nanoseconds, saturating like the clock, which ends there too.
+    window_nanos: u64,
+    layout: Layout,
+    /// A window's number (its low bits) and the permits admitted in it, packed by
+    /// `layout`: one word, so that one compare-exchange both moves to a new window and
+    /// counts in it.
+    state: AtomicU64,
+    clock: Clock,
+    turnstile: Turnstile,
+}
+
+impl FixedWindow {
+    /// A limiter admitting at most `limit` permits per `window`, the first window
+    /// starting now.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroLimit`] when `limit` is zero; [`ConfigError::ZeroWindow`] when
+    /// `window` is zero; [`ConfigError::LimitTooLarge`] when `limit` is above
+    /// `u32::MAX` (the count lives in 32 bits).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{ConfigError, FixedWindow};
+    ///
+    /// let limiter = FixedWindow::new(60, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.limit(), 60);
+    ///
+    /// assert_eq!(
+    ///     FixedWindow::new(0, Duration::from_secs(1)).unwrap_err(),
+    ///     ConfigError::ZeroLimit
+    /// );
+    /// assert_eq!(FixedWindow::new(5, Duration::ZERO).unwrap_err(), ConfigError::ZeroWindow);
+    /// assert_eq!(
+    ///     FixedWindow::new(1 << 32, Duration::from_secs(1)).unwrap_err(),
+    ///     ConfigError::LimitTooLarge { limit: 1 << 32, max: u32::MAX as u64 }
+    /// );
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn new(limit: u64, window: Duration) -> Result<FixedWindow, ConfigError> {
+        if limit == 0 {
+            return Err(ConfigError::ZeroLimit);
+        }
+        if window.is_zero() {
+            return Err(ConfigError::ZeroWindow);
+        }
+        if limit > MAX_LIMIT {
+            return Err(ConfigError::LimitTooLarge {
+                limit,
+                max: MAX_LIMIT,
+            });
+        }
+        Ok(FixedWindow::with_clock(limit, window, Clock::start()))
+    }
+
+    /// A limiter with checked settings and an empty current window on `clock`.
+    fn with_clock(limit: u64, window: Duration, clock: Clock) -> FixedWindow {
+        let window_nanos = nanos(window);
+        let layout = Layout::for_limit(limit);
+        // Tagged with the current window, not window 0: a clock that started long ago
+        // (`fresh`) must not leave a tag that reads as a newer window.
+        let current = clock.now() / window_nanos;
+        FixedWindow {
+            shared: Arc::new(Shared {
+                limit,
+                window,
+                window_nanos,
+                layout,
+                state: AtomicU64::new(layout.pack(current, 0)),
+                clock,
+                turnstile: Turnstile::default(),
+            }),
+        }
+    }
+
+    /// The most permits admitted per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(100, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.limit(), 100);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn limit(&self) -> u64 {
+        self.shared.limit
+    }
+
+    /// The length of a window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(100, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.window(), Duration::from_secs(1));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.shared.window
+    }
+}
+
+impl Shared {
+    /// Counts `permits` into the current window if they fit, ignoring the line. Returns
+    /// the number (wrapping) of the window counted into, or how long until they fit.
+    fn admit(&self, permits: u64) -> Result<u64, Duration> {
+        let now = self.clock.now();
+        let clock_window = now / self.window_nanos;
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let current = self.layout.read(word, clock_window);
+            let count = current.count + permits;
+            if count > self.limit {
+                return Err(self.retry_after(now, current, permits, false));
+            }
+            let next = self.layout.pack(current.window(), count);
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(current.window()),
+                // Someone counted or moved on first: decide again on what they wrote.
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Acquires `permits` now if they fit in the current window, ignoring the line: what
+    /// the head of the line tries.
+    fn attempt(&self, permits: u64) -> Result<(), TryAcquireError> {
+        self.admit(permits)
+            .map(drop)
+            .map_err(|retry_after| TryAcquireError::Limited { retry_after })
+    }
+
+    /// The clock now and the current window as the state word shows it.
+    fn current(&self) -> (u64, Current) {
+        let now = self.clock.now();
+        let word = self.state.load(Ordering::Acquire);
+        (now, self.layout.read(word, now / self.window_nanos))
+    }
+
+    /// How long from `now` until the start of the window in which `permits` fit, after
+    /// the `current` count and, `behind_line`, after every waiter in line. Each request
+    /// goes whole into the first window where it fits, in line order, as the line
+    /// admits them.
+    fn retry_after(&self, now: u64, current: Current, permits: u64, behind_line: bool) -> Duration {
+        let mut windows = Packing {
+            limit: self.limit,
+            count: current.count,
+            later: 0,
+        };
+        if behind_line {
+            self.turnstile
+                .for_each_in_line(|waiting| windows.place(waiting));
+        }
+        windows.place(permits);
+        let window = u128::from(current.clock_window) + u128::from(current.ahead) + windows.later;
+        // With the exact length, not the saturated one, so it is never short.
+        let start = window.saturating_mul(self.window.as_nanos());
+        duration_from_nanos(start.saturating_sub(u128::from(now)))
+    }
+
+    fn exceeds_limit(&self, permits: u64) -> bool {
+        permits > self.limit
+    }
+}
+
+impl Limiter for FixedWindow {
+    /// Acquires `permits` in the current window if they fit and nobody waits; never
+    /// waits. Lock-free when nobody waits. Zero permits always succeed. Needs no runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::Limited`] when the window has no room for `permits`, or others
+    /// wait; its `retry_after` is exact to the nanosecond: the time until the window in
+    /// which the request fits whole, after every waiter ahead of it.
+    /// [`TryAcquireError::ExceedsLimit`] when `permits` is above the limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(5, Duration::from_secs(1))?;
+    /// limiter.try_acquire(3)?;
+    /// tokio::time::advance(Duration::from_millis(250)).await;
+    /// // 3 + 3 > 5: it fits only in the next window, 750 ms from now.
+    /// assert_eq!(
+    ///     limiter.try_acquire(3),
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(750) })
+    /// );
+    /// limiter.try_acquire(2)?; // 3 + 2 fits
+    /// assert_eq!(
+    ///     limiter.try_acquire(6),
+    ///     Err(TryAcquireError::ExceedsLimit { requested: 6, limit: 5 })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+        let shared = &self.shared;
+        if permits == 0 {
+            // Taking nothing cannot jump the line.
+            return Ok(());
+        }
+        if shared.exceeds_limit(permits) {
+            return Err(TryAcquireError::ExceedsLimit {
+                requested: permits,
+                limit: shared.limit,
+            });
+        }
+        if shared.turnstile.queued() > 0 {
+            let (now, current) = shared.current();
+            let retry_after = shared.retry_after(now, current, permits, true);
+            return Err(TryAcquireError::Limited { retry_after });
+        }
+        shared.attempt(permits)
+    }
+
+    /// Acquires `permits`, waiting first in, first out behind the other waiters until a
+    /// window has room for all of them. Zero permits succeed at once.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::ExceedsLimit`] at once when `permits` is above the limit;
+    /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future gives up its place in line and acquires nothing;
+    /// the waiter behind it moves up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(2, Duration::from_secs(1))?;
+    /// let start = Instant::now();
+    /// for _ in 0..5 {
+    ///     limiter.acquire(1).await?;
+    /// }
+    /// // Two in window 0, two in window 1, the fifth at the start of window 2.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
+        let shared = &self.shared;
+        if permits == 0 {
+            return Ok(());
+        }
+        if shared.exceeds_limit(permits) {
+            return Err(AcquireError::ExceedsLimit {
+                requested: permits,
+                limit: shared.limit,
+            });
+        }
+        shared
+            .turnstile
+            .acquire(permits, |permits| shared.attempt(permits))
+            .await
+    }
+
+    /// Whether `try_acquire(1)` would be refused now: the window is full or others wait.
+    /// Counts nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// let limiter = FixedWindow::new(1, Duration::from_secs(1))?;
+    /// assert!(!limiter.is_limited());
+    /// limiter.try_acquire(1)?;
+    /// assert!(limiter.is_limited());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn is_limited(&self) -> bool {
+        let shared = &self.shared;
+        shared.turnstile.queued() > 0 || shared.current().1.count >= shared.limit
+    }
+
+    /// Gives `permits` back to the current window, for work that did not happen, and
+    /// lets the head of the line try again at once. A window that has ended is not
+    /// reopened: permits taken in it are not given back, and the current window's count
+    /// never goes below zero, so the limiter never admits more than `limit` per window
+    /// because of a refund.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// limiter.try_acquire(8)?;
+    /// limiter.refund(3);
+    /// assert_eq!(limiter.available(), 5);
+    /// limiter.refund(100); // only the 5 still counted come back
+    /// assert_eq!(limiter.available(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn refund(&self, permits: u64) {
+        let shared = &self.shared;
+        let clock_window = shared.clock.now() / shared.window_nanos;
+        let mut word = shared.state.load(Ordering::Acquire);
+        loop {
+            let current = shared.layout.read(word, clock_window);
+            if current.count == 0 || permits == 0 {
+                // Nothing counted in the current window: nothing to give back.
+                return;
+            }
+            let count = current.count - permits.min(current.count);
+            let next = shared.layout.pack(current.window(), count);
+            match shared.state.compare_exchange_weak(
+                word,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
+        }
+        shared.turnstile.refunded();
+    }
+
+    /// Permits left in the current window: what `try_acquire` could take now if nobody
+    /// waited.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// limiter.try_acquire(4)?;
+    /// assert_eq!(limiter.available(), 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn available(&self) -> u64 {
+        let shared = &self.shared;
+        shared.limit - shared.current().1.count
+    }
+
+    /// Whether nothing is counted in the current window and nobody waits: a
+    /// [`fresh`](Limiter::fresh) limiter (which keeps the window boundaries) would behave
+    /// the same from now on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// assert!(limiter.is_idle());
+    /// limiter.try_acquire(1)?;
+    /// assert!(!limiter.is_idle());
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert!(limiter.is_idle()); // a new window, nothing counted in it
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn is_idle(&self) -> bool {
+        let shared = &self.shared;
+        shared.turnstile.queued() == 0 && shared.current().1.count == 0
+    }
+
+    /// A new limiter with the same limit and window and the same window boundaries
+    /// (windows still counted from this limiter's creation), with nothing counted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = FixedWindow::new(3, Duration::from_secs(1))?;
+    /// tokio::time::advance(Duration::from_millis(1_400)).await;
+    /// let limiter = template.fresh();
+    /// limiter.try_acquire(3)?;
+    /// // Its windows start on the template's boundaries: the next one in 600 ms.
+    /// assert_eq!(
+    ///     limiter.try_acquire(1),
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(600) })
+    /// );
+    /// assert_eq!(template.available(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> FixedWindow {
+        let shared = &self.shared;
+        FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
+    }
+}
+
+impl fmt::Debug for FixedWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FixedWindow")
+            .field("limit", &self.shared.limit)
+            .field("window", &self.shared.window)
+            .field("available", &self.available())
+            .field("queued", &self.shared.turnstile.queued())
+            .finish()
+    }
+}
+
+/// How the state word is split: the count in the low `count_bits` bits, just enough for
+/// the limit, and the window number's low bits (its *tag*) in all the bits above.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    count_bits: u32,
+}
+
+impl Layout {
+    fn for_limit(limit: u64) -> Layout {
+        Layout {
+            count_bits: u64::BITS - limit.leading_zeros(),
+        }
+    }
+
+    /// The bits of a window number that the word keeps.
+    fn tag_mask(self) -> u64 {
+        u64::MAX >> self.count_bits
+    }
+
+    fn pack(self, window: u64, count: u64) -> u64 {
+        (window & self.tag_mask()) << self.count_bits | count
+    }
+
+    /// The window a caller whose clock reads `clock_window` counts into, given the
+    /// stored `word`: the stored one when it is that window or a newer one (tags compared
+    /// modulo their width, up to half of it ahead), else a new, empty one.
+    fn read(self, word: u64, clock_window: u64) -> Current {
+        let stored = word >> self.count_bits;
+        let ahead = stored.wrapping_sub(clock_window) & self.tag_mask();
+        if ahead <= self.tag_mask() >> 1 {
+            Current {
+                clock_window,
+                ahead,
+                count: word & !(u64::MAX << self.count_bits),
+            }
+        } else {
+            Current {
+                clock_window,
+                ahead: 0,
+                count: 0,
+            }
+        }
+    }
+}
+
+/// The window a caller counts into and the permits already counted there, as decided
+/// from one reading of the clock and of the state word.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    /// The window the caller's clock reading falls in.
+    clock_window: u64,
+    /// How many windows later the window counted into is: above zero when a caller whose
+    /// clock read later has already started a newer one.
+    ahead: u64,
+    /// Permits admitted in the window counted into.
+    count: u64,
+}
+
+impl Current {
+    /// The number of the window counted into (wrapping: only its tag is stored).
+    fn window(self) -> u64 {
+        self.clock_window.wrapping_add(self.ahead)
+    }
+}
+
+/// Requests placed in windows from the current one on, each whole in the first window
+/// where it fits, in order: how a line of waiters is admitted.
+struct Packing {
+    limit: u64,
+    /// Permits counted in the last window used.
+    count: u64,
+    /// How many windows after the current one that is.
+    later: u128,
+}
+
+impl Packing {
+    fn place(&mut self, permits: u64) {
+        if self.count + permits > self.limit {
+            self.later += 1;
+            self.count = permits;
+        } else {
+            self.count += permits;
+        }
+    }
+}
+
+/// `nanos` as a `Duration`, saturating at `Duration::MAX`.
+fn duration_from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SECOND: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SECOND) {
+        // The remainder is below 10^9, so it fits in a u32.
+        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::thread;
+
+    use super::*;
+
+    #[test]
+    fn the_count_takes_just_the_bits_the_limit_needs() {
+        assert_eq!(Layout::for_limit(1).count_bits, 1);
+        assert_eq!(Layout::for_limit(10).count_bits, 4);
+        assert_eq!(Layout::for_limit(1 << 31).count_bits, 32);
+        assert_eq!(Layout::for_limit(MAX_LIMIT).count_bits, 32);
+        let layout = Layout::for_limit(MAX_LIMIT);
+        let word = layout.pack(u64::MAX, MAX_LIMIT);
+        assert_eq!(word, u64::MAX);
+        let current = layout.read(word, u64::from(u32::MAX));
+        assert_eq!((current.ahead, current.count), (0, MAX_LIMIT));
+    }
+
+    #[test]
+    fn a_stored_window_is_the_same_newer_or_older_by_the_wrapping_distance() {
+        // 32-bit tags: windows are compared modulo 2^32, newer up to 2^31 - 1 ahead.
+        let layout = Layout::for_limit(MAX_LIMIT);
+        let stored = layout.pack(1 << 32, 7); // tag 0
+        let read = |clock_window: u64| {
+            let current = layout.read(stored, clock_window);
+            (current.window(), current.count)
+        };
+        assert_eq!(read(1 << 32), (1 << 32, 7), "the same window");
+        assert_eq!(
+            read((1 << 32) - 1),
+            (1 << 32, 7),
+            "a caller one window behind"
+        );
+        assert_eq!(
+            read((1 << 32) - ((1 << 31) - 1)),
+            (1 << 32, 7),
+            "a caller as far behind as a newer window is believed"
+        );
+        assert_eq!(read((1 << 32) + 1), ((1 << 32) + 1, 0), "one window later");
+        assert_eq!(
+            read((1 << 32) + (1 << 31)),
+            ((1 << 32) + (1 << 31), 0),
+            "2^31 windows later, the last gap seen exactly"
+        );
+    }
+
+    #[test]
+    fn admit_counts_into_a_newer_window_that_its_clock_has_not_reached() {
+        // Without a runtime the clock is real: with one-hour windows it reads window 0.
+        let limiter = FixedWindow::new(3, Duration::from_secs(3_600)).unwrap();
+        let shared = &limiter.shared;
+        let layout = shared.layout;
+        shared.state.store(layout.pack(5, 1), Ordering::Release);
+        assert_eq!(shared.admit(2), Ok(5));
+        assert_eq!(shared.state.load(Ordering::Acquire), layout.pack(5, 3));
+        let Err(retry_after) = shared.admit(1) else {
+            panic!("window 5 is full");
+        };
+        // Until window 6, from a clock still in window 0.
+        assert!(retry_after > Duration::from_secs(5 * 3_600));
+        assert!(retry_after <= Duration::from_secs(6 * 3_600));
+        assert_eq!(shared.state.load(Ordering::Acquire), layout.pack(5, 3));
+    }
+
+    /// Real threads race over many window edges on the real clock. `admit` (what
+    /// `try_acquire` runs when nobody waits) reports the window each admission was
+    /// counted in, so the per-window totals are exact: a lost update, a second reset of
+    /// a window, or a late caller winding the word back to an older window would each
+    /// put more than the limit in some window.
+    #[test]
+    fn racing_threads_never_admit_more_than_the_limit_in_any_window() {
+        const LIMIT: u64 = 200;
+        const THREADS: u64 = 8;
+        let limiter = FixedWindow::new(LIMIT, Duration::from_micros(200)).unwrap();
+        let run = Duration::from_millis(500);
+        let start_together = std::sync::Barrier::new(THREADS as usize);
+        let refusals = AtomicU64::new(0);
+        let admissions: Vec<(u64, u64)> = thread::scope(|scope| {
+            let threads: Vec<_> = (0..THREADS)
+                .map(|thread| {
+                    let (shared, refusals) = (&limiter.shared, &refusals);
+                    let start_together = &start_together;
+                    scope.spawn(move || {
+                        start_together.wait();
+                        let start = std::time::Instant::now();
+                        let mut admitted = Vec::new();
+                        let mut calls = thread;
+                        while start.elapsed() < run {
+                            let permits = 1 + calls % 2;
+                            match shared.admit(permits) {
+                                Ok(window) => admitted.push((window, permits)),
+                                Err(_) => _ = refusals.fetch_add(1, Ordering::Relaxed),
+                            }
+                            calls += 1;
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|thread| thread.join().unwrap())
+                .collect()
+        });
+        let mut per_window = HashMap::<u64, u64>::new();
+        for (window, permits) in admissions {
+            *per_window.entry(window).or_default() += permits;
+        }
+        for (window, admitted) in &per_window {
+            assert!(
+                *admitted <= LIMIT,
+                "window {window} admitted {admitted} permits, above the limit {LIMIT}"
+            );
+        }
+        // Not vacuous: windows were crossed, and the limit refused requests.
+        assert!(per_window.len() > 1, "only {} windows", per_window.len());
+        assert!(refusals.into_inner() > 0, "the limit was never reached");
+    }
+}

@@ -1,0 +1,144 @@
+//! The trait every limiter in the crate implements, so code can take any of them.
+
+use std::future::Future;
+
+use crate::error::{AcquireError, TakeError, TryAcquireError, TryTakeError};
+use crate::TokenBucket;
+
+/// A rate limiter: [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
+/// [`SlidingLog`](crate::SlidingLog) or [`SlidingWindow`](crate::SlidingWindow).
+///
+/// Each counts *permits* (a bucket's tokens, a window's requests), answers
+/// [`try_acquire`](Limiter::try_acquire) at once with a `retry_after` hint, waits only
+/// when asked to with [`acquire`](Limiter::acquire) (first in, first out among the
+/// waiters of one limiter), reads tokio's clock so paused-time tests are exact, and is
+/// safe to share across threads. [`Keyed`](crate::Keyed) keeps one per key.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{FixedWindow, Limiter, Rate, TokenBucket};
+///
+/// /// Admits a batch of `size` jobs now, or says how long to wait.
+/// fn admit(limiter: &impl Limiter, size: u64) -> Result<(), Duration> {
+///     match limiter.try_acquire(size) {
+///         Ok(()) => Ok(()),
+///         Err(token_bucket::TryAcquireError::Limited { retry_after }) => Err(retry_after),
+///         Err(other) => panic!("{other}"),
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+/// let window = FixedWindow::new(10, Duration::from_secs(1))?;
+/// assert_eq!(admit(&bucket, 10), Ok(()));
+/// assert_eq!(admit(&bucket, 1), Err(Duration::from_millis(100)));
+/// assert_eq!(admit(&window, 10), Ok(()));
+/// assert_eq!(admit(&window, 1), Err(Duration::from_secs(1)));
+/// # Ok(())
+/// # }
+/// ```
+pub trait Limiter: Send + Sync + 'static {
+    /// Acquires `permits` now if allowed and nobody waits first; never waits. Needs no
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::Limited`] with how long until the same request could succeed
+    /// (never shorter than the true wait); [`TryAcquireError::ExceedsLimit`] when
+    /// `permits` could never be admitted at once; [`TryAcquireError::Closed`] for a closed
+    /// bucket.
+    fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError>;
+
+    /// Acquires `permits`, waiting first in, first out behind the other waiters of this
+    /// limiter until they are allowed.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::ExceedsLimit`] at once when `permits` could never be admitted;
+    /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime; a bucket's
+    /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future gives up its place in line and acquires nothing.
+    fn acquire(&self, permits: u64) -> impl Future<Output = Result<(), AcquireError>> + Send + '_;
+
+    /// Whether `try_acquire(1)` would be refused now. Counts nothing.
+    fn is_limited(&self) -> bool;
+
+    /// Gives `permits` back for work that did not happen. The limiter never admits more
+    /// than its limit because of a refund.
+    fn refund(&self, permits: u64);
+
+    /// How many permits `try_acquire` could take now if nobody waited.
+    fn available(&self) -> u64;
+
+    /// Whether the limiter is back at its idle state, with nobody waiting: a
+    /// [`fresh`](Limiter::fresh) one would behave exactly the same from now on, so
+    /// [`Keyed`](crate::Keyed) may forget it.
+    fn is_idle(&self) -> bool;
+
+    /// A new limiter with the same settings, in the idle state (a full bucket, empty
+    /// windows).
+    fn fresh(&self) -> Self
+    where
+        Self: Sized;
+}
+
+impl Limiter for TokenBucket {
+    fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+        self.try_take(permits).map_err(|error| match error {
+            TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
+            TryTakeError::ExceedsCapacity {
+                requested,
+                capacity,
+            } => TryAcquireError::ExceedsLimit {
+                requested,
+                limit: capacity,
+            },
+            TryTakeError::Closed => TryAcquireError::Closed,
+        })
+    }
+
+    async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
+        self.take(permits).await.map_err(|error| match error {
+            TakeError::ExceedsCapacity {
+                requested,
+                capacity,
+            } => AcquireError::ExceedsLimit {
+                requested,
+                limit: capacity,
+            },
+            TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
+            TakeError::NoRuntime => AcquireError::NoRuntime,
+            // `take` has no deadline, so only a close is left.
+            TakeError::Timeout | TakeError::Closed => AcquireError::Closed,
+        })
+    }
+
+    fn is_limited(&self) -> bool {
+        let stats = self.stats();
+        stats.closed || stats.queued > 0 || stats.available == 0
+    }
+
+    fn refund(&self, permits: u64) {
+        TokenBucket::refund(self, permits);
+    }
+
+    fn available(&self) -> u64 {
+        TokenBucket::available(self)
+    }
+
+    fn is_idle(&self) -> bool {
+        let stats = self.stats();
+        // A closed bucket stays closed: forgetting it would reopen the key.
+        !stats.closed && stats.queued == 0 && stats.available == stats.capacity
+    }
+
+    fn fresh(&self) -> TokenBucket {
+        self.fresh_full()
+    }
+}

@@ -1,0 +1,427 @@
+//! What [`SlidingLog`](crate::SlidingLog) and [`SlidingWindow`](crate::SlidingWindow)
+//! share: the handle their clones point to, the [`Limiter`](crate::Limiter) plumbing
+//! (the line of waiters, refusing requests above the limit, zero permits), and the
+//! arithmetic of `retry_after`.
+//!
+//! Both count *grants*, one per admitted permit, each of which counts against the limit
+//! for a while after it is made, and admit `permits` when `limit - permits` grants or
+//! fewer count now. The log keeps each grant's instant; the wheel keeps totals per slot.
+//! They differ only in how long a grant counts and how they find the grants that stop
+//! counting first: that is the [`Tally`] trait.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::error::{AcquireError, TryAcquireError};
+use crate::turnstile::Turnstile;
+
+/// The grants of one sliding limiter, behind its lock.
+///
+/// Every instant is in nanoseconds on the limiter's [`Clock`]. Those that may lie past
+/// what a `u64` holds (when a grant stops counting, for windows up to `Duration::MAX`,
+/// laps ahead) are `u128`, saturating: never earlier than true.
+pub(crate) trait Tally: Send + 'static {
+    /// The settings this kind of limiter has beyond its limit and window.
+    type Extra: Copy + Send + Sync + 'static;
+
+    /// An empty tally.
+    fn new(settings: &Settings<Self::Extra>) -> Self;
+
+    /// Adds the extra settings to a `Debug` output.
+    fn describe(_extra: &Self::Extra, _output: &mut fmt::DebugStruct<'_, '_>) {}
+
+    /// Brings the tally to `now` (the wheel turns). Called before anything else, with
+    /// instants that never go backwards (they are read under the lock).
+    fn advance(&mut self, _now: u64) {}
+
+    /// Whether `permits` (from 1 to the limit) more grants fit at `now`.
+    fn fits(&self, permits: u64, now: u64) -> bool;
+
+    /// How many grants count at `now`.
+    fn counted(&self, now: u64) -> u64;
+
+    /// Counts `permits` grants at `now`; [`fits`](Tally::fits) said they fit.
+    fn record(&mut self, permits: u64, now: u64);
+
+    /// Forgets the newest `permits` grants, or all of them if fewer count.
+    fn forget_newest(&mut self, permits: u64, now: u64);
+
+    /// When the `rank`-th oldest (0 = the oldest) of the last `limit` grants stops
+    /// counting, the missing ones (fewer grants were ever made) counting as long gone,
+    /// at instant 0.
+    fn released_at(&self, rank: u64) -> u128;
+
+    /// When a grant made at `admitted_at` stops counting, then the grant made at that
+    /// instant stops counting, and so on, `laps` times; `admitted_at` for zero laps.
+    fn released_after_laps(&self, admitted_at: u128, laps: u64) -> u128;
+}
+
+/// A sliding limiter's fixed settings, checked by its constructor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings<Extra> {
+    /// The most grants that count at once.
+    pub(crate) limit: u64,
+    /// The intervals in which at most `limit` are admitted.
+    pub(crate) window: Duration,
+    pub(crate) extra: Extra,
+}
+
+/// A cheap-to-clone handle on a sliding limiter; what the public types wrap.
+pub(crate) struct Sliding<T: Tally> {
+    shared: Arc<Shared<T>>,
+}
+
+struct Shared<T: Tally> {
+    settings: Settings<T::Extra>,
+    clock: Clock,
+    tally: Mutex<T>,
+    turnstile: Turnstile,
+}
+
+impl<T: Tally> Clone for Sliding<T> {
+    fn clone(&self) -> Self {
+        Sliding {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<T: Tally> Sliding<T> {
+    /// A limiter with empty windows, its clock starting now. The caller has checked the
+    /// settings.
+    pub(crate) fn new(settings: Settings<T::Extra>) -> Sliding<T> {
+        Sliding {
+            shared: Arc::new(Shared {
+                settings,
+                clock: Clock::start(),
+                tally: Mutex::new(T::new(&settings)),
+                turnstile: Turnstile::default(),
+            }),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings<T::Extra> {
+        &self.shared.settings
+    }
+
+    /// Permits asked for by the waiters in line.
+    pub(crate) fn queued_permits(&self) -> u64 {
+        self.shared.turnstile.queued()
+    }
+
+    /// The tally brought to now, and now. Now is read under the lock so that the
+    /// instants the tally sees never go backwards, whatever the threads do. Nothing
+    /// panics while holding the lock, so a poisoned one still holds a consistent tally.
+    fn lock(&self) -> (MutexGuard<'_, T>, u64) {
+        let mut tally = self
+            .shared
+            .tally
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = self.shared.clock.now();
+        tally.advance(now);
+        (tally, now)
+    }
+
+    /// What to do with a request before looking at the tally.
+    fn screen(&self, permits: u64) -> Screened {
+        let limit = self.shared.settings.limit;
+        if permits > limit {
+            Screened::ExceedsLimit {
+                requested: permits,
+                limit,
+            }
+        } else if permits == 0 {
+            Screened::Nothing
+        } else {
+            Screened::Decide
+        }
+    }
+
+    /// Admits `permits` if they fit now and, for a caller outside the line, nobody
+    /// waits in it; else says how long until they could be, after those in line.
+    fn admit(&self, permits: u64, caller: Caller) -> Result<(), TryAcquireError> {
+        let (mut tally, now) = self.lock();
+        let line_ahead = match caller {
+            Caller::OutsideTheLine => self.shared.turnstile.queued() > 0,
+            Caller::HeadOfTheLine => false,
+        };
+        if !line_ahead && tally.fits(permits, now) {
+            tally.record(permits, now);
+            return Ok(());
+        }
+        let mut requests = Vec::new();
+        if line_ahead {
+            self.shared
+                .turnstile
+                .for_each_in_line(|waiting| requests.push(waiting));
+        }
+        requests.push(permits);
+        Err(TryAcquireError::Limited {
+            retry_after: retry_after(&*tally, self.shared.settings.limit, &requests, now),
+        })
+    }
+
+    pub(crate) fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+        match self.screen(permits) {
+            Screened::ExceedsLimit { requested, limit } => {
+                Err(TryAcquireError::ExceedsLimit { requested, limit })
+            }
+            Screened::Nothing => Ok(()),
+            Screened::Decide => self.admit(permits, Caller::OutsideTheLine),
+        }
+    }
+
+    pub(crate) async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
+        match self.screen(permits) {
+            Screened::ExceedsLimit { requested, limit } => {
+                Err(AcquireError::ExceedsLimit { requested, limit })
+            }
+            Screened::Nothing => Ok(()),
+            Screened::Decide => {
+                let attempt = |permits| self.admit(permits, Caller::HeadOfTheLine);
+                self.shared.turnstile.acquire(permits, attempt).await
+            }
+        }
+    }
+
+    pub(crate) fn is_limited(&self) -> bool {
+        let (tally, now) = self.lock();
+        self.shared.turnstile.queued() > 0 || !tally.fits(1, now)
+    }
+
+    pub(crate) fn refund(&self, permits: u64) {
+        {
+            let (mut tally, now) = self.lock();
+            tally.forget_newest(permits, now);
+        }
+        self.shared.turnstile.refunded();
+    }
+
+    pub(crate) fn available(&self) -> u64 {
+        let (tally, now) = self.lock();
+        self.shared.settings.limit - tally.counted(now)
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        let (tally, now) = self.lock();
+        // A whole limit fits exactly when no grant counts.
+        self.shared.turnstile.queued() == 0 && tally.fits(self.shared.settings.limit, now)
+    }
+
+    pub(crate) fn fresh(&self) -> Sliding<T> {
+        Sliding::new(self.shared.settings)
+    }
+
+    /// `name { limit, window, <extra settings>, counted, queued_permits }`.
+    pub(crate) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let counted = {
+            let (tally, now) = self.lock();
+            tally.counted(now)
+        };
+        let mut output = f.debug_struct(name);
+        let settings = &self.shared.settings;
+        output
+            .field("limit", &settings.limit)
+            .field("window", &settings.window);
+        T::describe(&settings.extra, &mut output);
+        output
+            .field("counted", &counted)
+            .field("queued_permits", &self.queued_permits())
+            .finish()
+    }
+}
+
+/// What [`Sliding::screen`] made of a request.
+enum Screened {
+    /// More permits than the limit: never admitted.
+    ExceedsLimit { requested: u64, limit: u64 },
+    /// Zero permits: admitted at once, even with others in line, as it takes nothing.
+    Nothing,
+    /// Up to the tally and the line.
+    Decide,
+}
+
+/// Who asks [`Sliding::admit`].
+enum Caller {
+    /// `try_acquire`, which must not jump the line.
+    OutsideTheLine,
+    /// The waiter at the head of the line, which the line counts but must not hold up.
+    HeadOfTheLine,
+}
+
+/// How long from `now` until the last of `requests` (the line ahead, head first, then
+/// the caller's) could be admitted, each admitted whole and in order as the line admits
+/// them: exact, so never shorter than the true wait.
+///
+/// Think of the grants in order, the tally's last `limit` first (positions `0..limit`,
+/// the oldest first, missing ones long gone), then those the line would make. A request
+/// for `p` permits fits once the `p`-th oldest of the last `limit` grants before it stops
+/// counting; that is position `made + p - 1`, where `made` counts the grants the line
+/// made before it. Positions from `limit` on are the line's own grants, which stop
+/// counting one lap after they are made. Positions only grow, so one pass over the
+/// line's admissions finds them all: O(line).
+fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Duration {
+    // The line's admissions: (grants made up to and including this one, instant).
+    let mut admissions: VecDeque<(u64, u128)> = VecDeque::with_capacity(requests.len());
+    let mut made: u64 = 0;
+    let mut ready_at = u128::from(now);
+    // A request for nothing is admitted at once and takes nothing.
+    for &permits in requests.iter().filter(|&&permits| permits > 0) {
+        let deciding = made.saturating_add(permits - 1);
+        let released = match deciding.checked_sub(limit) {
+            None => tally.released_at(deciding),
+            Some(own) => {
+                while admissions
+                    .front()
+                    .is_some_and(|&(through, _)| through <= own)
+                {
+                    admissions.pop_front();
+                }
+                let (_, admitted_at) = admissions[0];
+                tally.released_after_laps(admitted_at, 1)
+            }
+        };
+        ready_at = ready_at.max(released);
+        made = made.saturating_add(permits);
+        admissions.push_back((made, ready_at));
+    }
+    duration_from_nanos(ready_at - u128::from(now))
+}
+
+/// `nanos` as a `Duration`, or `Duration::MAX` past it: never shorter than true.
+fn duration_from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SECOND: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SECOND) {
+        // The remainder is below 10^9, so it fits.
+        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
+/// Gives a public type whose field `sliding` holds its [`Sliding`] handle what both
+/// sliding limiters have: [`Limiter`](crate::Limiter), `Debug`, and the accessors
+/// `limit`, `window` and `queued_permits`. `$example` makes one admitting 2 permits a
+/// second, for the accessors' examples.
+macro_rules! impl_limiter {
+    ($limiter:ident, $example:literal) => {
+        impl $limiter {
+            #[doc = concat!(
+                        "The most permits admitted in any interval of length [`window`](",
+                        stringify!($limiter), "::window).\n\n",
+                        "```\n",
+                        "# use std::time::Duration;\n",
+                        "# use token_bucket::", stringify!($limiter), ";\n",
+                        "let limiter = ", $example, "?;\n",
+                        "assert_eq!(limiter.limit(), 2);\n",
+                        "# Ok::<(), token_bucket::ConfigError>(())\n",
+                        "```",
+                    )]
+            pub fn limit(&self) -> u64 {
+                self.sliding.settings().limit
+            }
+
+            #[doc = concat!(
+                        "The length of the intervals the [`limit`](", stringify!($limiter),
+                        "::limit) applies to.\n\n",
+                        "```\n",
+                        "# use std::time::Duration;\n",
+                        "# use token_bucket::", stringify!($limiter), ";\n",
+                        "let limiter = ", $example, "?;\n",
+                        "assert_eq!(limiter.window(), Duration::from_secs(1));\n",
+                        "# Ok::<(), token_bucket::ConfigError>(())\n",
+                        "```",
+                    )]
+            pub fn window(&self) -> std::time::Duration {
+                self.sliding.settings().window
+            }
+
+            #[doc = concat!(
+                        "Permits asked for by the [`acquire`](crate::Limiter::acquire) calls ",
+                        "waiting in line now.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",
+                        "# #[tokio::main(flavor = \"current_thread\", start_paused = true)]\n",
+                        "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(2)?;\n",
+                        "let waiter = tokio::spawn({\n",
+                        "    let limiter = limiter.clone();\n",
+                        "    async move { limiter.acquire(2).await }\n",
+                        "});\n",
+                        "tokio::task::yield_now().await;\n",
+                        "assert_eq!(limiter.queued_permits(), 2);\n",
+                        "waiter.await??;\n",
+                        "assert_eq!(limiter.queued_permits(), 0);\n",
+                        "# Ok(())\n",
+                        "# }\n",
+                        "```",
+                    )]
+            pub fn queued_permits(&self) -> u64 {
+                self.sliding.queued_permits()
+            }
+        }
+
+        impl $crate::Limiter for $limiter {
+            fn try_acquire(&self, permits: u64) -> Result<(), $crate::TryAcquireError> {
+                self.sliding.try_acquire(permits)
+            }
+
+            async fn acquire(&self, permits: u64) -> Result<(), $crate::AcquireError> {
+                self.sliding.acquire(permits).await
+            }
+
+            fn is_limited(&self) -> bool {
+                self.sliding.is_limited()
+            }
+
+            fn refund(&self, permits: u64) {
+                self.sliding.refund(permits);
+            }
+
+            fn available(&self) -> u64 {
+                self.sliding.available()
+            }
+
+            fn is_idle(&self) -> bool {
+                self.sliding.is_idle()
+            }
+
+            fn fresh(&self) -> $limiter {
+                $limiter {
+                    sliding: self.sliding.fresh(),
+                }
+            }
+        }
+
+        impl std::fmt::Debug for $limiter {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.sliding.debug(stringify!($limiter), f)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_limiter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_past_what_a_duration_holds_saturate_upwards() {
+        assert_eq!(
+            duration_from_nanos(1_500_000_001),
+            Duration::new(1, 500_000_001)
+        );
+        assert_eq!(
+            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 999_999_999),
+            Duration::MAX
+        );
+        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
+    }
+}
