@@ -19,8 +19,9 @@
 //!
 //! # The cases
 //!
-//! - `token-bucket`, `governor`: each holds 1,000,000 keys, each used once. Our buckets
-//!   gain one token an hour, so none is idle and every key is held.
+//! - `token-bucket`, `fixed-window`, `sliding-log`, `governor`: each holds 1,000,000 keys,
+//!   each used once. Our buckets gain one token an hour and our windows last an hour, so
+//!   none is idle and every key is held.
 //! - `token-bucket, one bucket`: what one `TokenBucket` costs alone (the average of 10,000
 //!   made with `Limiter::fresh`), to see what a key's share is made of.
 //! - `token-bucket, idle after 1 ms`, `governor, idle after 1 ms`: 1,000,000 keys, each used
@@ -36,7 +37,7 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use governor::{DefaultKeyedRateLimiter, Quota};
-use token_bucket::{Keyed, Limiter, Rate, TokenBucket};
+use token_bucket::{FixedWindow, Keyed, Limiter, Rate, SlidingLog, TokenBucket};
 
 /// Counts the bytes allocated and not yet freed, and the allocations made.
 struct CountingAllocator;
@@ -82,8 +83,10 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const KEYS: u64 = 1_000_000;
 const CASE_VARIABLE: &str = "KEYED_MEMORY_CASE";
-const CASES: [&str; 5] = [
+const CASES: [&str; 7] = [
     "token-bucket",
+    "fixed-window",
+    "sliding-log",
     "governor",
     "token-bucket, one bucket",
     "token-bucket, idle after 1 ms",
@@ -156,17 +159,29 @@ fn quick_bucket() -> TokenBucket {
     TokenBucket::new(Rate::every(Duration::from_millis(1)), 1).expect("a valid configuration")
 }
 
+/// 1,000,000 keys, each used once and none idle: what each costs while held.
+fn hold_a_million_keys<L: Limiter>(case: &str, template: L) {
+    let keyed: Keyed<u64, L> = Keyed::new(template);
+    let before = usage();
+    for key in 0..KEYS {
+        keyed.try_acquire(&key, 1).expect("a new key is admitted");
+    }
+    assert_eq!(keyed.len(), KEYS as usize);
+    report(case, "1M keys held", before, KEYS);
+}
+
 fn run(case: &str) {
     match case {
-        "token-bucket" => {
-            let keyed: Keyed<u64, TokenBucket> = Keyed::new(busy_bucket());
-            let before = usage();
-            for key in 0..KEYS {
-                keyed.try_acquire(&key, 1).expect("a busy bucket admits");
-            }
-            assert_eq!(keyed.len(), KEYS as usize);
-            report(case, "1M keys held", before, KEYS);
-        }
+        "token-bucket" => hold_a_million_keys(case, busy_bucket()),
+        // Windows of an hour, so that no key is idle while they are counted.
+        "fixed-window" => hold_a_million_keys(
+            case,
+            FixedWindow::new(100, Duration::from_secs(3_600)).expect("a valid configuration"),
+        ),
+        "sliding-log" => hold_a_million_keys(
+            case,
+            SlidingLog::new(100, Duration::from_secs(3_600)).expect("a valid configuration"),
+        ),
         "governor" => {
             let limiter: DefaultKeyedRateLimiter<u64> =
                 governor::RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));

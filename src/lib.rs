@@ -45,10 +45,20 @@
 //! queue entry a tombstone in O(1): it takes no tokens and blocks nobody behind it.
 //! Tokens granted to a future dropped before it saw them go back to the bucket.
 //!
+//! # The rest of the family
+//!
+//! Beside the bucket, three window limiters count requests per window:
+//! [`FixedWindow`] (lock-free, one atomic word; up to twice the limit across a window
+//! edge), [`SlidingLog`] (exact: at most `limit` in any interval of `window`) and
+//! [`SlidingWindow`] (a time wheel: the log's promise in memory bounded by its slots). All
+//! four implement [`Limiter`], so code can take any of them, and [`Keyed`] keeps one per
+//! key (user, IP, API key), forgetting keys whose limiter is idle again.
+//!
 //! # Errors, not panics
 //!
-//! Bad input gets an error naming the values: [`ConfigError`] for a zero rate or
-//! capacity, [`TryTakeError`] and [`TakeError`] for requests larger than the capacity,
+//! Bad input gets an error naming the values: [`ConfigError`] for a zero rate, capacity
+//! or limit, [`TryTakeError`], [`TakeError`], [`TryAcquireError`] and [`AcquireError`]
+//! for requests larger than the capacity or limit,
 //! [`ParseRateError`] for rate text that does not parse.
 
 #![forbid(unsafe_code)]

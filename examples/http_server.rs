@@ -1,0 +1,222 @@
+//! An HTTP server that limits each client IP and, behind that, the whole server.
+//!
+//! Each client IP gets a [`SlidingLog`] (10 requests in any 10 s, exactly), kept per key
+//! by [`Keyed`], which forgets a client once its window is empty again. Behind
+//! it one [`TokenBucket`] caps the whole server at 100 requests per second. A refused
+//! request gets `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up
+//! (a client that obeys it is never refused for coming back early), and the
+//! `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers of the IETF
+//! draft; an admitted one gets `RateLimit-Limit` and `RateLimit-Remaining`.
+//!
+//! ```text
+//! cargo run --example http_server              # serves http://127.0.0.1:3000/
+//! curl -i http://127.0.0.1:3000/               # the 11th within 10 s gets a 429
+//! cargo run --example http_server -- --demo    # a free port; sends itself 12 requests
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use token_bucket::{
+    ConfigError, Keyed, Limiter, Rate, SlidingLog, TokenBucket, TryAcquireError, TryTakeError,
+};
+
+/// Requests one client may make in any `CLIENT_WINDOW`.
+pub const CLIENT_LIMIT: u64 = 10;
+/// The window of `CLIENT_LIMIT`.
+pub const CLIENT_WINDOW: Duration = Duration::from_secs(10);
+/// The whole server's rate, with a burst of one second's worth.
+pub const SERVER_RATE: Rate = Rate::per_second(100);
+
+/// The limits every request passes: its client's, then the server's.
+#[derive(Debug)]
+pub struct Limits {
+    per_client: Keyed<IpAddr, SlidingLog>,
+    client_limit: u64,
+    server: TokenBucket,
+}
+
+impl Limits {
+    /// Each client IP gets a limiter like `per_client`; all share `server`.
+    pub fn new(per_client: SlidingLog, server: TokenBucket) -> Limits {
+        Limits {
+            client_limit: per_client.limit(),
+            per_client: Keyed::new(per_client),
+            server,
+        }
+    }
+
+    /// The example's limits, from the constants above.
+    ///
+    /// # Errors
+    ///
+    /// None for these constants; the constructors refuse bad settings with a
+    /// [`ConfigError`].
+    pub fn example() -> Result<Limits, ConfigError> {
+        Ok(Limits::new(
+            SlidingLog::new(CLIENT_LIMIT, CLIENT_WINDOW)?,
+            TokenBucket::new(SERVER_RATE, SERVER_RATE.amount())?,
+        ))
+    }
+
+    /// Admits one request from `client`, or says how long it should wait.
+    fn admit(&self, client: IpAddr) -> Result<(), Refusal> {
+        match self.per_client.try_acquire(&client, 1) {
+            Ok(()) => {}
+            Err(TryAcquireError::Limited { retry_after }) => {
+                return Err(Refusal::Limited { retry_after })
+            }
+            Err(other) => return Err(Refusal::Broken(other.to_string())),
+        }
+        match self.server.try_take(1) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                // Refused by the server's budget, not the client's: give its permit back.
+                if let Some(limiter) = self.per_client.get(&client) {
+                    limiter.refund(1);
+                }
+                match error {
+                    TryTakeError::Insufficient { retry_after } => {
+                        Err(Refusal::Limited { retry_after })
+                    }
+                    other => Err(Refusal::Broken(other.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Permits `client` has left in its window now.
+    fn remaining(&self, client: IpAddr) -> u64 {
+        self.per_client
+            .get(&client)
+            .map_or(self.client_limit, |limiter| limiter.available())
+    }
+}
+
+enum Refusal {
+    Limited {
+        retry_after: Duration,
+    },
+    /// Cannot happen with this example's settings; answered with a 500 all the same.
+    Broken(String),
+}
+
+/// The application: one route, `/`, behind both limits.
+pub fn app(limits: Arc<Limits>) -> Router {
+    Router::new().route("/", get(hello)).with_state(limits)
+}
+
+async fn hello(
+    State(limits): State<Arc<Limits>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    let client = peer.ip();
+    let verdict = limits.admit(client);
+    let mut headers = HeaderMap::new();
+    headers.insert("ratelimit-limit", HeaderValue::from(limits.client_limit));
+    headers.insert(
+        "ratelimit-remaining",
+        HeaderValue::from(limits.remaining(client)),
+    );
+    match verdict {
+        Ok(()) => (headers, "hello\n").into_response(),
+        Err(Refusal::Limited { retry_after }) => {
+            let seconds = HeaderValue::from(retry_after_seconds(retry_after));
+            headers.insert("retry-after", seconds.clone());
+            headers.insert("ratelimit-reset", seconds);
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                headers,
+                "too many requests\n",
+            )
+                .into_response()
+        }
+        Err(Refusal::Broken(why)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")).into_response()
+        }
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up, so that a client waiting that long is not
+/// refused again for coming back early.
+pub fn retry_after_seconds(retry_after: Duration) -> u64 {
+    retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)
+}
+
+/// Serves the application on `listener`, with each connection's peer address known.
+pub async fn serve(listener: tokio::net::TcpListener, limits: Arc<Limits>) -> std::io::Result<()> {
+    let service = app(limits).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service).await
+}
+
+/// Sends `requests` GET requests to `address` from the client IP `from` (any address
+/// in 127.0.0.0/8 works on loopback) and returns each answer's status and headers, in
+/// order.
+pub async fn send_requests(
+    address: SocketAddr,
+    from: IpAddr,
+    requests: u64,
+) -> Result<Vec<(StatusCode, HeaderMap)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(from));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let uri: hyper::Uri = format!("http://{address}/").parse()?;
+    let mut answers = Vec::new();
+    for _ in 0..requests {
+        let response = client.get(uri.clone()).await?;
+        answers.push((response.status(), response.headers().clone()));
+    }
+    Ok(answers)
+}
+
+#[allow(dead_code)] // The test includes this file for its functions, not its `main`.
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let demo = std::env::args().any(|arg| arg == "--demo");
+    let port = if demo { 0 } else { 3000 };
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+    let address = listener.local_addr()?;
+    let limits = Arc::new(Limits::example()?);
+    println!(
+        "serving http://{address}/ : {CLIENT_LIMIT} requests per client in any {CLIENT_WINDOW:?}, \
+         {SERVER_RATE} for the whole server"
+    );
+    let server = tokio::spawn(serve(listener, limits));
+    if !demo {
+        server.await??;
+        return Ok(());
+    }
+    let from = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    for (number, (status, headers)) in send_requests(address, from, CLIENT_LIMIT + 2)
+        .await?
+        .into_iter()
+        .enumerate()
+    {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("-")
+                .to_owned()
+        };
+        println!(
+            "request {:>2}: {status}  RateLimit-Remaining: {}  Retry-After: {}",
+            number + 1,
+            header("ratelimit-remaining"),
+            header("retry-after"),
+        );
+    }
+    server.abort();
+    Ok(())
+}
