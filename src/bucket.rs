@@ -38,11 +38,22 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     capacity: AtomicU64,
     queue_limit: Option<u64>,
-    /// Fired by [`TokenBucket::close`] (or dropped with the bucket): what every [`Closed`]
-    /// waits on. A shared oneshot rather than a `Notify`: its clones are `'static` and
-    /// `Unpin` without boxing, and once fired it stays fired, so no wake-up can be lost.
-    close_sender: Mutex<Option<signal::Sender<()>>>,
-    close_signal: SharedFuture<signal::Receiver<()>>,
+    /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
+    /// buckets (a per-key one, say) are never watched and so never pay its allocations.
+    close_watch: Mutex<CloseWatch>,
+}
+
+/// The signal [`TokenBucket::close`] fires, if anyone watches for it.
+enum CloseWatch {
+    Unwatched,
+    /// A shared oneshot rather than a `Notify`: its clones are `'static` and `Unpin`
+    /// without boxing, and once fired it stays fired, so no wake-up can be lost. Dropping
+    /// the bucket drops the sender, which fires it too.
+    Watched {
+        sender: signal::Sender<()>,
+        signal: SharedFuture<signal::Receiver<()>>,
+    },
+    Fired,
 }
 
 impl Shared {
@@ -50,6 +61,13 @@ impl Shared {
     /// poisoned it the state is still consistent, so poisoning is ignored.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
+        // Nothing panics while holding it either.
+        self.close_watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Releases the lock, then sends the outcomes decided under it. Returns the emptied
@@ -181,7 +199,6 @@ impl TokenBucket {
         settings.validate()?;
         let clock = Clock::start();
         let state = State::new(settings, clock.now());
-        let (close_sender, close_receiver) = signal::channel();
         Ok(TokenBucket {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
@@ -191,8 +208,7 @@ impl TokenBucket {
                 closed: AtomicBool::new(false),
                 capacity: AtomicU64::new(settings.capacity),
                 queue_limit: settings.queue_limit,
-                close_sender: Mutex::new(Some(close_sender)),
-                close_signal: close_receiver.shared(),
+                close_watch: Mutex::new(CloseWatch::Unwatched),
             }),
         })
     }
@@ -516,14 +532,9 @@ impl TokenBucket {
             state.close(now);
         });
         // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
-        let sender = self
-            .shared
-            .close_sender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(sender) = sender {
-            // Nobody listening is fine: the signal lives as long as the bucket does.
+        let watch = std::mem::replace(&mut *self.shared.close_watch(), CloseWatch::Fired);
+        if let CloseWatch::Watched { sender, .. } = watch {
+            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
             let _ = sender.send(());
         }
     }
@@ -570,9 +581,21 @@ impl TokenBucket {
     /// # }
     /// ```
     pub fn closed(&self) -> Closed {
-        Closed {
-            signal: Some(self.shared.close_signal.clone()),
-        }
+        let mut watch = self.shared.close_watch();
+        let signal = match &*watch {
+            CloseWatch::Fired => None,
+            CloseWatch::Watched { signal, .. } => Some(signal.clone()),
+            CloseWatch::Unwatched => {
+                let (sender, receiver) = signal::channel();
+                let signal = receiver.shared();
+                *watch = CloseWatch::Watched {
+                    sender,
+                    signal: signal.clone(),
+                };
+                Some(signal)
+            }
+        };
+        Closed { signal }
     }
 
     /// Whether [`close`](TokenBucket::close) was called.
