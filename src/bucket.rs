@@ -3,15 +3,15 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use futures::channel::oneshot as signal;
 use futures::future::{FusedFuture, FutureExt, Shared as SharedFuture};
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 
 use crate::builder::Builder;
 use crate::clock::{Clock, NEVER};
@@ -22,6 +22,7 @@ use crate::rate::Rate;
 use crate::refill;
 use crate::state::{Admission, Leaving, Settings, State};
 use crate::stats::Stats;
+use crate::sync::{oneshot, AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
 pub(crate) struct Shared {
@@ -696,6 +697,12 @@ impl TokenBucket {
             queue_limit: self.shared.queue_limit,
         })
         .expect("a live bucket's settings passed validation when it was made")
+    }
+
+    /// The shared state, for the loom tests to drive the refill task's own code.
+    #[cfg(all(test, loom))]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     pub(crate) fn clock(&self) -> &Clock {

@@ -24,8 +24,16 @@ impl Clock {
 
     /// Nanoseconds since the origin, now. Works without a runtime (it then reads the
     /// system's monotonic clock), so `try_take` can be called from any thread.
+    #[cfg(not(loom))]
     pub(crate) fn now(&self) -> u64 {
         nanos(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    /// Under loom, time stands still at what the test set: loom explores interleavings,
+    /// and every run of one must see the same instants.
+    #[cfg(loom)]
+    pub(crate) fn now(&self) -> u64 {
+        model_time::NOW.with(std::cell::Cell::get)
     }
 
     /// The instant `at` nanoseconds after the origin, or `None` for [`NEVER`] and
@@ -47,4 +55,14 @@ impl Clock {
 /// A duration in whole nanoseconds, saturating at [`NEVER`].
 pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
+}
+
+/// The time loom tests run at, set by the test, never by a modelled thread. Per OS thread,
+/// so that tests running side by side keep their own: loom runs all of a model's threads
+/// on the test's thread.
+#[cfg(loom)]
+pub(crate) mod model_time {
+    std::thread_local! {
+        pub(crate) static NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
 }

@@ -12,13 +12,13 @@ use std::task::{ready, Context, Poll};
 
 use futures::future::FusedFuture;
 use pin_project::pin_project;
-use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Sleep};
 
 use crate::bucket::TokenBucket;
 use crate::error::TakeError;
 use crate::queue::{Outcome, Request, WaiterId};
 use crate::state::Leaving;
+use crate::sync::oneshot;
 
 /// Where a request stands.
 enum Phase {

@@ -88,7 +88,11 @@ mod sliding_window;
 mod state;
 mod stats;
 pub mod stream;
+mod sync;
 mod turnstile;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 pub use bucket::{Closed, TokenBucket};
 pub use builder::Builder;

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use tokio::sync::oneshot;
+use crate::sync::oneshot;
 
 /// What a waiter is told when it leaves the queue, or when it must listen elsewhere.
 #[derive(Debug)]
@@ -260,7 +260,7 @@ impl WaiterQueue {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::clock::NEVER;

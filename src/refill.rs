@@ -26,7 +26,8 @@ use crate::state::State;
 /// Makes sure a refill task runs for `shared` before a waiter queues on it, starting one
 /// on the current runtime if there is none (or its runtime shut down).
 pub(crate) fn ensure_running(shared: &Arc<Shared>, state: &mut State) -> Result<(), TakeError> {
-    if shared.refill_running.load(Ordering::Acquire) {
+    // Under loom there is no tokio runtime: the model's own threads serve the queue.
+    if cfg!(loom) || shared.refill_running.load(Ordering::Acquire) {
         return Ok(());
     }
     let runtime = Handle::try_current().map_err(|_| TakeError::NoRuntime)?;
@@ -92,7 +93,7 @@ async fn run(guard: RunningGuard, signal: Arc<Notify>) {
 /// or `None` when the task should end.
 /// `deliveries` is the task's own empty vector, lent to the state so that serving reuses
 /// one allocation.
-fn serve_and_plan(
+pub(crate) fn serve_and_plan(
     bucket: &Weak<Shared>,
     deliveries: &mut Vec<Delivery>,
 ) -> Option<Option<Instant>> {

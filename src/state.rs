@@ -9,14 +9,13 @@
 
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::ledger::Ledger;
 use crate::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::rate::Rate;
 use crate::stats::Stats;
+use crate::sync::oneshot;
 
 /// What the bucket's settings are when it is made.
 #[derive(Debug, Clone, Copy)]
@@ -452,7 +451,7 @@ fn received_on_leaving(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outc
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::queue::Kind;

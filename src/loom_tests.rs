@@ -1,0 +1,206 @@
+//! Model checking of the bucket's concurrency core with [loom](https://docs.rs/loom):
+//! every interleaving of the operations below (within loom's bounds) is run, and the
+//! books are checked at the end of each.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" cargo test --lib --release loom_`. Under `--cfg loom` the lock,
+//! the atomics and the oneshot channels are loom's (see `sync.rs`), the clock stands
+//! still at what each test sets, and there is no tokio runtime: a modelled thread calling
+//! the refill task's own `serve_and_plan` plays the refill task.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use loom::future::block_on;
+use loom::thread;
+
+use crate::bucket::TokenBucket;
+use crate::clock::{model_time, NEVER};
+use crate::error::{TakeError, TryTakeError};
+use crate::queue::{Kind, Outcome, Request};
+use crate::rate::Rate;
+use crate::refill;
+use crate::state::Leaving;
+
+const SECOND: u64 = 1_000_000_000;
+
+/// Runs `test` under loom with the clock at 0 at the start of every interleaving, and
+/// prints how many interleavings were explored.
+fn model(test: impl Fn() + Sync + Send + 'static) {
+    let explored = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&explored);
+    loom::model(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        set_time(0);
+        test();
+    });
+    // The test harness names each test's thread after the test.
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("a loom test")
+        .to_owned();
+    println!("{name}: {} interleavings", explored.load(Ordering::Relaxed));
+}
+
+fn set_time(nanos: u64) {
+    model_time::NOW.with(|now| now.set(nanos));
+}
+
+/// One token a second, holding at most `capacity`, starting with `initial`.
+fn bucket(capacity: u64, initial: u64) -> TokenBucket {
+    TokenBucket::builder()
+        .rate(Rate::per_second(1))
+        .capacity(capacity)
+        .initial(initial)
+        .build()
+        .unwrap()
+}
+
+fn take(tokens: u64) -> Request {
+    Request {
+        kind: Kind::Take,
+        tokens,
+        deadline: NEVER,
+    }
+}
+
+/// Runs `work` on a new modelled thread with a clone of the bucket.
+fn on_thread<T: Send + 'static>(
+    bucket: &TokenBucket,
+    work: impl FnOnce(&TokenBucket) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let bucket = bucket.clone();
+    thread::spawn(move || work(&bucket))
+}
+
+/// What the refill task does when it wakes: serve at the current instant, then deliver
+/// the outcomes after releasing the lock.
+fn refill_wakes(bucket: &TokenBucket) {
+    let mut deliveries = Vec::new();
+    refill::serve_and_plan(&Arc::downgrade(bucket.shared()), &mut deliveries);
+}
+
+/// Token accounting: two threads race `try_take` for the one token there. Exactly one
+/// wins, and the books balance.
+#[test]
+fn loom_racing_try_takes_grant_each_token_once() {
+    model(|| {
+        let bucket = bucket(1, 1);
+        let racers: Vec<_> = (0..2)
+            .map(|_| on_thread(&bucket, |bucket| bucket.try_take(1).is_ok()))
+            .collect();
+        let winners = racers
+            .into_iter()
+            .map(|racer| racer.join().unwrap())
+            .filter(|&won| won)
+            .count();
+        assert_eq!(winners, 1);
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.denied), (1, 0, 1));
+    });
+}
+
+/// The hand-off: a queued waiter is granted by the refill task while a `try_take` races
+/// for the same token. FIFO holds (the `try_take` never jumps the waiter) and the waiter
+/// hears its grant.
+#[test]
+fn loom_refill_task_hands_a_grant_to_a_waiter() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let (_, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        set_time(SECOND);
+        let refill = on_thread(&bucket, refill_wakes);
+        let jumper = on_thread(&bucket, |bucket| bucket.try_take(1));
+        assert!(matches!(
+            jumper.join().unwrap(),
+            Err(TryTakeError::Insufficient { .. })
+        ));
+        refill.join().unwrap();
+        assert!(matches!(block_on(receiver), Ok(Outcome::Granted)));
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
+    });
+}
+
+/// Cancellation racing a grant: the waiter's future is dropped while the refill task
+/// grants it and sends the grant after releasing the lock. Whichever comes first, the
+/// token ends up back in the bucket, never taken and never lost.
+#[test]
+fn loom_a_waiter_dropped_while_granted_gives_the_token_back() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let (id, mut receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        set_time(SECOND);
+        let refill = on_thread(&bucket, refill_wakes);
+        bucket.leave(id, &mut receiver, take(1), Leaving::Dropped);
+        drop(receiver);
+        refill.join().unwrap();
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.queued), (0, 1, 0));
+    });
+}
+
+/// A deadline racing a grant: the waiter either hears the grant and keeps the token, or
+/// times out and the token stays in the bucket; `taken + available` is always the one
+/// token that accrued.
+#[test]
+fn loom_a_deadline_racing_a_grant_keeps_the_books() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let (id, mut receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        set_time(SECOND);
+        let refill = on_thread(&bucket, refill_wakes);
+        let outcome = bucket.leave(id, &mut receiver, take(1), Leaving::DeadlinePassed);
+        refill.join().unwrap();
+        let stats = bucket.stats();
+        match outcome {
+            Some(Outcome::Granted) => assert_eq!((stats.taken, stats.available), (1, 0)),
+            None => assert_eq!((stats.taken, stats.available), (0, 1)),
+            other => panic!("unexpected outcome {other:?}"),
+        }
+        assert_eq!(stats.queued, 0);
+    });
+}
+
+/// Two waiters and a refund that covers only the first: whatever the interleaving of
+/// the refund, the refill task and the second waiter giving up, the first is granted
+/// (FIFO) and the second never is.
+#[test]
+fn loom_grants_follow_the_queue_order() {
+    model(|| {
+        let bucket = bucket(2, 0);
+        let (_, first) = bucket.begin(take(2)).unwrap().expect("queued");
+        let (second_id, mut second) = bucket.begin(take(1)).unwrap().expect("queued");
+        let refunder = on_thread(&bucket, |bucket| bucket.refund(2));
+        let refill = on_thread(&bucket, refill_wakes);
+        let second_outcome = bucket.leave(second_id, &mut second, take(1), Leaving::DeadlinePassed);
+        refunder.join().unwrap();
+        refill.join().unwrap();
+        assert!(matches!(block_on(first), Ok(Outcome::Granted)));
+        assert!(second_outcome.is_none(), "{second_outcome:?}");
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.queued), (2, 0, 0));
+    });
+}
+
+/// Close racing a take: the take is served, refused as closed, or queued and then told
+/// the bucket closed; it never hangs, and nobody is left queued.
+#[test]
+fn loom_close_racing_a_take_never_strands_it() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let closer = on_thread(&bucket, |bucket| bucket.close());
+        let result = match bucket.begin(take(1)) {
+            Ok(None) => Ok(()),
+            Ok(Some((_, receiver))) => match block_on(receiver) {
+                Ok(Outcome::Closed) => Err(TakeError::Closed),
+                other => panic!("a queued take heard {other:?}"),
+            },
+            Err(error) => Err(error),
+        };
+        closer.join().unwrap();
+        assert!(matches!(result, Err(TakeError::Closed)), "{result:?}");
+        let stats = bucket.stats();
+        assert_eq!((stats.queued, stats.taken), (0, 0));
+    });
+}
