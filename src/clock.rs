@@ -33,7 +33,7 @@ impl Clock {
     /// and every run of one must see the same instants.
     #[cfg(loom)]
     pub(crate) fn now(&self) -> u64 {
-        model_time::NOW.with(std::cell::Cell::get)
+        model_time::now()
     }
 
     /// The instant `at` nanoseconds after the origin, or `None` for [`NEVER`] and
@@ -57,12 +57,45 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
 }
 
-/// The time loom tests run at, set by the test, never by a modelled thread. Per OS thread,
-/// so that tests running side by side keep their own: loom runs all of a model's threads
-/// on the test's thread.
+/// The time loom tests run at: a loom atomic, so that loom explores where a change of
+/// time falls among the other threads' steps. Each model run installs its own; it is
+/// kept per OS thread, so that tests running side by side keep theirs (loom runs all of a
+/// model's threads on the test's thread).
 #[cfg(loom)]
 pub(crate) mod model_time {
+    use std::cell::RefCell;
+
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    use loom::sync::Arc;
+
     std::thread_local! {
-        pub(crate) static NOW: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        static NOW: RefCell<Option<Arc<AtomicU64>>> = const { RefCell::new(None) };
+    }
+
+    #[cfg(test)]
+    /// Starts a model run's clock at 0.
+    pub(crate) fn install() {
+        NOW.with(|now| *now.borrow_mut() = Some(Arc::new(AtomicU64::new(0))));
+    }
+
+    #[cfg(test)]
+    /// Ends a model run's clock: loom checks that nothing of a run outlives it.
+    pub(crate) fn uninstall() {
+        NOW.with(|now| now.borrow_mut().take());
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set(nanos: u64) {
+        NOW.with(|now| clock(&now.borrow()).store(nanos, Ordering::SeqCst));
+    }
+
+    pub(crate) fn now() -> u64 {
+        NOW.with(|now| clock(&now.borrow()).load(Ordering::SeqCst))
+    }
+
+    fn clock(installed: &Option<Arc<AtomicU64>>) -> &AtomicU64 {
+        installed
+            .as_ref()
+            .expect("loom tests run their model through loom_tests::model")
     }
 }

@@ -31,8 +31,9 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
     let counter = Arc::clone(&explored);
     loom::model(move || {
         counter.fetch_add(1, Ordering::Relaxed);
-        set_time(0);
+        model_time::install();
         test();
+        model_time::uninstall();
     });
     // The test harness names each test's thread after the test.
     let name = std::thread::current()
@@ -43,7 +44,7 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
 }
 
 fn set_time(nanos: u64) {
-    model_time::NOW.with(|now| now.set(nanos));
+    model_time::set(nanos);
 }
 
 /// One token a second, holding at most `capacity`, starting with `initial`.
@@ -116,6 +117,25 @@ fn loom_refill_task_hands_a_grant_to_a_waiter() {
             Err(TryTakeError::Insufficient { .. })
         ));
         refill.join().unwrap();
+        assert!(matches!(block_on(receiver), Ok(Outcome::Granted)));
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
+    });
+}
+
+/// Time passing races a newcomer: while one waiter is queued, the clock reaches the
+/// instant its token accrues as a `try_take` arrives. Whether the newcomer reads the clock
+/// before or after, it never takes the token from the waiter ahead of it.
+#[test]
+fn loom_a_newcomer_at_the_instant_a_token_accrues_never_jumps_the_queue() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let (_, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        let clock = thread::spawn(|| set_time(SECOND));
+        let newcomer = on_thread(&bucket, |bucket| bucket.try_take(1));
+        clock.join().unwrap();
+        assert!(newcomer.join().unwrap().is_err());
+        refill_wakes(&bucket);
         assert!(matches!(block_on(receiver), Ok(Outcome::Granted)));
         let stats = bucket.stats();
         assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
