@@ -77,6 +77,10 @@ mod ledger;
 mod limiter;
 mod queue;
 mod rate;
+// The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.
+#[cfg(feature = "redis")]
+#[clippy::msrv = "1.88"]
+pub mod redis;
 mod refill;
 mod ring;
 #[cfg(feature = "tower")]
