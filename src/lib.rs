@@ -108,6 +108,6 @@ pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the
 /// optional features, so they run with all of them on (as the README's test command does).
-#[cfg(all(doctest, feature = "io", feature = "tower"))]
+#[cfg(all(doctest, feature = "io", feature = "tower", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
