@@ -30,6 +30,9 @@
 //!
 //! # How they decide
 //!
+//! They need Redis 4.0 or newer (for `HSET` of several fields); the tests run against
+//! Redis 7.0.
+//!
 //! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key:
 //!   read the state, decide, write it back, set the key's expiry. Scripts are called by
 //!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a
