@@ -206,6 +206,28 @@ pub enum ConfigError {
         /// The largest number of shards accepted.
         max: usize,
     },
+    /// A Redis limiter was given a zero timeout, so every call to Redis would time out.
+    ZeroTimeout,
+    /// A Redis window limiter's window is not a whole number of microseconds (the
+    /// resolution of Redis's clock), or is longer than the largest it counts exactly.
+    UnsupportedWindow {
+        /// The window asked for.
+        window: Duration,
+        /// The longest window accepted.
+        max: Duration,
+    },
+    /// A Redis token bucket's capacity, counted at its rate in parts of a token that
+    /// accrue a whole number per microsecond, would not stay below 2^53, the largest
+    /// integer Redis's Lua counts exactly.
+    UnsupportedRate {
+        /// The rate asked for.
+        rate: crate::Rate,
+        /// The capacity asked for.
+        capacity: u64,
+        /// The largest capacity accepted at this rate (zero when the rate itself is too
+        /// fast to count).
+        max_capacity: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -241,6 +263,23 @@ impl fmt::Display for ConfigError {
             ConfigError::BadShards { shards, max } => write!(
                 f,
                 "{shards} shards: a keyed limiter needs a power of two between 1 and {max}"
+            ),
+            ConfigError::ZeroTimeout => {
+                f.write_str("the Redis timeout is zero: it must be longer than zero")
+            }
+            ConfigError::UnsupportedWindow { window, max } => write!(
+                f,
+                "the window {window:?} is not supported by the Redis limiters: it must be a \
+                 whole number of microseconds between 1 µs and {max:?}"
+            ),
+            ConfigError::UnsupportedRate {
+                rate,
+                capacity,
+                max_capacity,
+            } => write!(
+                f,
+                "a capacity of {capacity} at {rate} is beyond what the Redis token bucket counts \
+                 exactly: at this rate the largest capacity is {max_capacity}"
             ),
         }
     }
@@ -376,7 +415,7 @@ impl fmt::Display for AcquireError {
 
 impl Error for AcquireError {}
 
-fn exceeds_limit(f: &mut fmt::Formatter<'_>, requested: u64, limit: u64) -> fmt::Result {
+pub(crate) fn exceeds_limit(f: &mut fmt::Formatter<'_>, requested: u64, limit: u64) -> fmt::Result {
     write!(
         f,
         "requested {requested} permits but the limiter admits at most {limit} at once"

@@ -77,6 +77,10 @@ mod ledger;
 mod limiter;
 mod queue;
 mod rate;
+// The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.
+#[cfg(feature = "redis")]
+#[clippy::msrv = "1.88"]
+pub mod redis;
 mod refill;
 mod ring;
 #[cfg(feature = "tower")]
@@ -108,6 +112,6 @@ pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the
 /// optional features, so they run with all of them on (as the README's test command does).
-#[cfg(all(doctest, feature = "io", feature = "tower"))]
+#[cfg(all(doctest, feature = "io", feature = "tower", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

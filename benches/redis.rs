@@ -1,0 +1,272 @@
+//! Decisions per second of the Redis limiters (issue 6), with 1, 8 and 64 concurrent
+//! tasks, beside the floor: a plain `INCR` + `PEXPIRE` pipeline, one round trip that
+//! decides nothing atomically but costs what any one-round-trip limiter must.
+//!
+//! # Running
+//!
+//! ```text
+//! cargo bench --features redis --bench redis     # about 35 s
+//! ```
+//!
+//! It starts its own `redis-server` on a free loopback port (persisting nothing), then,
+//! for each number of tasks and each contender in turn, runs the tasks on one shared
+//! `ConnectionManager` (multiplexed, as a server would share it) for a 0.5 s warm-up and
+//! 2 s of measurement, each task looping over one call on a key of its own. It prints two
+//! markdown tables: decisions per second, with each limiter's share of the floor; and
+//! Redis's own time per decision, from its `INFO commandstats` (reset before each run),
+//! which shows what the scripts cost the server apart from the network.
+//!
+//! Every limiter is set so that every request is granted (a token bucket gaining a
+//! thousand tokens a microsecond, windows of 2^40 and 65,536 a second): the granting path
+//! writes, so it is the costlier one. Every answer is checked; a refusal or an error
+//! stops the bench.
+//!
+//! The client, its runtime (2 workers) and redis-server share the machine's cores, so
+//! the figures are of this machine and load; the ratios within one run are what to
+//! compare.
+
+// The tests' throwaway server; the bench only starts and stops it.
+#[path = "../tests/common/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use token_bucket::redis::driver::aio::ConnectionManager;
+use token_bucket::redis::driver::{self, Client};
+use token_bucket::redis::{
+    FailurePolicy, RedisAlgorithm, RedisFixedWindow, RedisLimiter, RedisOptions, RedisSlidingLog,
+    RedisTokenBucket,
+};
+use token_bucket::Rate;
+
+const TASKS: [usize; 3] = [1, 8, 64];
+const WARM_UP: Duration = Duration::from_millis(500);
+const MEASURE: Duration = Duration::from_secs(2);
+
+/// One contender's figures at one number of tasks.
+#[derive(Clone, Copy)]
+struct Measured {
+    /// Decisions per second, seen by the client.
+    per_second: f64,
+    /// Microseconds of Redis's own time per decision (its `INFO commandstats`): the
+    /// commands alone, without reading and writing the network.
+    redis_micros: f64,
+}
+
+fn main() {
+    let server = redis_server::RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let rows = runtime.block_on(measure_all(&server.url()));
+    println!();
+    println!("Decisions per second (and share of the floor):");
+    println!();
+    println!("| tasks | `INCR` + `PEXPIRE` pipeline (floor) | token bucket | fixed window | sliding log |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (tasks, [floor, bucket, window, log]) in &rows {
+        let share = |measured: Measured| {
+            format!(
+                "{} ({:.2})",
+                thousands(measured.per_second),
+                measured.per_second / floor.per_second
+            )
+        };
+        println!(
+            "| {tasks} | {} | {} | {} | {} |",
+            thousands(floor.per_second),
+            share(*bucket),
+            share(*window),
+            share(*log)
+        );
+    }
+    println!();
+    println!("Redis's own time per decision, µs (commands only, without the network):");
+    println!();
+    println!("| tasks | floor | token bucket | fixed window | sliding log |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (tasks, measured) in &rows {
+        let cells: Vec<String> = measured
+            .iter()
+            .map(|measured| format!("{:.2}", measured.redis_micros))
+            .collect();
+        println!("| {tasks} | {} |", cells.join(" | "));
+    }
+}
+
+async fn measure_all(url: &str) -> Vec<(usize, [Measured; 4])> {
+    let client = Client::open(url).expect("a valid URL");
+    let connection = ConnectionManager::new(client.clone())
+        .await
+        .expect("connect to the bench's redis-server");
+    let admin = ConnectionManager::new(client)
+        .await
+        .expect("connect to the bench's redis-server");
+    let options = RedisOptions::new(FailurePolicy::FailClosed).with_timeout(Duration::from_secs(5));
+    let bucket = RedisTokenBucket::new(
+        connection.clone(),
+        Rate::per_second(1_000_000_000),
+        1_000_000,
+        options.clone(),
+    )
+    .expect("bucket settings");
+    let second = Duration::from_secs(1);
+    let window = RedisFixedWindow::new(connection.clone(), 1 << 40, second, options.clone())
+        .expect("window settings");
+    let log = RedisSlidingLog::new(
+        connection.clone(),
+        RedisSlidingLog::MAX_LIMIT,
+        second,
+        options,
+    )
+    .expect("log settings");
+
+    let mut rows = Vec::new();
+    for tasks in TASKS {
+        let floor_connection = connection.clone();
+        let floor = run("floor", tasks, &admin, &["incr", "pexpire"], move |task| {
+            let mut connection = floor_connection.clone();
+            async move {
+                let key = format!("floor:{task}");
+                let (_count,): (u64,) = driver::pipe()
+                    .cmd("INCR")
+                    .arg(&key)
+                    .cmd("PEXPIRE")
+                    .arg(&key)
+                    .arg(1000)
+                    .ignore()
+                    .query_async(&mut connection)
+                    .await
+                    .expect("INCR + PEXPIRE");
+            }
+        })
+        .await;
+        let bucket = run_limiter("token bucket", tasks, &admin, &bucket).await;
+        let window = run_limiter("fixed window", tasks, &admin, &window).await;
+        let log = run_limiter("sliding log", tasks, &admin, &log).await;
+        rows.push((tasks, [floor, bucket, window, log]));
+    }
+    rows
+}
+
+async fn run_limiter<A: RedisAlgorithm>(
+    name: &str,
+    tasks: usize,
+    admin: &ConnectionManager,
+    limiter: &RedisLimiter<A>,
+) -> Measured {
+    let limiter = limiter.clone();
+    run(name, tasks, admin, &["evalsha"], move |task| {
+        let limiter = limiter.clone();
+        async move {
+            limiter
+                .try_acquire(&format!("user-{task}"), 1)
+                .await
+                .expect("every request is granted");
+        }
+    })
+    .await
+}
+
+/// Runs `tasks` tasks, each looping `call(task)`, through the warm-up and the
+/// measurement. Redis's time is that of `commands` (as `INFO commandstats` names them),
+/// over every call made, warm-up included.
+async fn run<F, C>(
+    name: &str,
+    tasks: usize,
+    admin: &ConnectionManager,
+    commands: &[&str],
+    call: C,
+) -> Measured
+where
+    C: Fn(usize) -> F + Send + Sync + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut admin = admin.clone();
+    driver::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .exec_async(&mut admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+    let stop = Arc::new(AtomicBool::new(false));
+    let counting = Arc::new(AtomicBool::new(false));
+    let (counted, all) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let call = Arc::new(call);
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (stop, counting, call) = (stop.clone(), counting.clone(), call.clone());
+            let (counted, all) = (counted.clone(), all.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    call(task).await;
+                    all.fetch_add(1, Ordering::Relaxed);
+                    if counting.load(Ordering::Relaxed) {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(WARM_UP).await;
+    counting.store(true, Ordering::Relaxed);
+    let start = Instant::now();
+    tokio::time::sleep(MEASURE).await;
+    let done = counted.load(Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await.expect("a bench task panicked");
+    }
+    let stats: String = driver::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .expect("INFO commandstats");
+    let redis_micros = command_micros(&stats, commands) / all.load(Ordering::Relaxed) as f64;
+    let per_second = done as f64 / elapsed.as_secs_f64();
+    eprintln!(
+        "{name:>12}, {tasks:>2} tasks: {per_second:>9.0} decisions/s, {redis_micros:.2} µs in Redis each"
+    );
+    Measured {
+        per_second,
+        redis_micros,
+    }
+}
+
+/// The microseconds Redis spent in `commands`, from `INFO commandstats` lines such as
+/// `cmdstat_incr:calls=10,usec=12,usec_per_call=1.20,...`.
+fn command_micros(stats: &str, commands: &[&str]) -> f64 {
+    commands
+        .iter()
+        .map(|command| {
+            let line = stats
+                .lines()
+                .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+                .unwrap_or_else(|| panic!("no {command} in INFO commandstats"));
+            let usec = line
+                .split(',')
+                .find_map(|field| field.strip_prefix("usec="))
+                .expect("a usec field");
+            usec.parse::<f64>().expect("a number of microseconds")
+        })
+        .sum()
+}
+
+/// 12345.6 as "12,346".
+fn thousands(value: f64) -> String {
+    let digits = format!("{value:.0}");
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}

@@ -1,0 +1,340 @@
+//! [`RedisLimiter`]: the keyed limiter whose state lives in Redis. The algorithm (token
+//! bucket, fixed window, sliding log) decides in its script; this file makes the call,
+//! bounds it with the timeout, applies the failure policy and waits for `acquire`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ::redis::aio::ConnectionManager;
+
+use super::algorithm::RedisAlgorithm;
+use super::error::RedisLimitError;
+use super::jitter::Jitter;
+use super::policy::{FailurePolicy, RedisOptions};
+use super::scripts::{self, Decision};
+use crate::error::ConfigError;
+
+/// A keyed rate limiter whose state lives in Redis, shared by every process that uses
+/// the same Redis, prefix and settings. Made as a [`RedisTokenBucket`](super::RedisTokenBucket),
+/// [`RedisFixedWindow`](super::RedisFixedWindow) or
+/// [`RedisSlidingLog`](super::RedisSlidingLog); see the [module docs](super) for how
+/// they decide and what they promise.
+///
+/// A cheap-to-clone handle: clones share the connection and the
+/// [`fail_open_count`](Self::fail_open_count). Each decision is one round trip, bounded
+/// by the [timeout](RedisOptions::with_timeout).
+///
+/// ```no_run
+/// use token_bucket::redis::{driver, FailurePolicy, RedisLimitError, RedisOptions, RedisTokenBucket};
+/// use token_bucket::Rate;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = driver::Client::open("redis://127.0.0.1/")?;
+/// let connection = driver::aio::ConnectionManager::new(client).await?;
+/// // Each user: 10 requests a second, bursts of 20, across every server.
+/// let limiter = RedisTokenBucket::new(
+///     connection,
+///     Rate::per_second(10),
+///     20,
+///     RedisOptions::new(FailurePolicy::FailOpen),
+/// )?;
+/// match limiter.try_acquire("user-42", 1).await {
+///     Ok(()) => { /* serve */ }
+///     Err(RedisLimitError::Limited { retry_after }) => println!("429, retry after {retry_after:?}"),
+///     Err(other) => return Err(other.into()),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisLimiter<A> {
+    shared: Arc<Shared<A>>,
+}
+
+struct Shared<A> {
+    connection: ConnectionManager,
+    algorithm: A,
+    options: RedisOptions,
+    fail_open_decisions: AtomicU64,
+    jitter: Jitter,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// A limiter running `algorithm` over `connection`, once `options` are checked.
+    pub(crate) fn with_algorithm(
+        connection: ConnectionManager,
+        algorithm: A,
+        options: RedisOptions,
+    ) -> Result<Self, ConfigError> {
+        options.check()?;
+        Ok(RedisLimiter {
+            shared: Arc::new(Shared {
+                connection,
+                algorithm,
+                options,
+                fail_open_decisions: AtomicU64::new(0),
+                jitter: Jitter::new(),
+            }),
+        })
+    }
+
+    /// The algorithm's settings.
+    pub(crate) fn algorithm(&self) -> &A {
+        &self.shared.algorithm
+    }
+
+    /// Takes `permits` for `key` if its limit allows now; never waits for permits. One
+    /// round trip to Redis, which decides on its own clock; taking zero permits is
+    /// allowed at once, without asking Redis.
+    ///
+    /// # Errors
+    ///
+    /// - [`RedisLimitError::Limited`] with how long until the same request could
+    ///   succeed: never shorter than the true wait.
+    /// - [`RedisLimitError::ExceedsLimit`] when `permits` is above the
+    ///   [limit](Self::limit), without asking Redis.
+    /// - Under [`FailurePolicy::FailClosed`], [`RedisLimitError::Unavailable`] when Redis
+    ///   cannot decide and [`RedisLimitError::Timeout`] when it does not answer in time;
+    ///   under [`FailurePolicy::FailOpen`] those requests are allowed and
+    ///   [counted](Self::fail_open_count).
+    /// - [`RedisLimitError::NoRuntime`] when polled outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes may or may not have taken the permits: the
+    /// script may already be running on Redis. So a cancelled call can only make the
+    /// limiter stricter, never let more through.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisFixedWindow, RedisLimitError, RedisOptions};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// let limiter = RedisFixedWindow::new(
+    ///     connection,
+    ///     2,
+    ///     Duration::from_secs(60),
+    ///     RedisOptions::new(FailurePolicy::FailClosed),
+    /// )?;
+    /// limiter.try_acquire("api-key-7", 2).await?;
+    /// assert!(matches!(
+    ///     limiter.try_acquire("api-key-7", 1).await,
+    ///     Err(RedisLimitError::Limited { .. })
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire(&self, key: &str, permits: u64) -> Result<(), RedisLimitError> {
+        let shared = &*self.shared;
+        let limit = shared.algorithm.limit();
+        if permits > limit {
+            return Err(RedisLimitError::ExceedsLimit {
+                requested: permits,
+                limit,
+            });
+        }
+        if permits == 0 {
+            return Ok(());
+        }
+        // The connection and the timeout need tokio; without it they would panic.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RedisLimitError::NoRuntime);
+        }
+        let redis_key = self.redis_key(key);
+        let call = scripts::decide(
+            shared.algorithm.script(),
+            shared.connection.clone(),
+            redis_key.as_bytes(),
+            shared.algorithm.arguments(permits),
+        );
+        let timeout = shared.options.timeout();
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(Decision::Granted)) => Ok(()),
+            Ok(Ok(Decision::Limited { retry_after })) => {
+                Err(RedisLimitError::Limited { retry_after })
+            }
+            Ok(Err(error)) => self.undecided(RedisLimitError::Unavailable { error }),
+            Err(_elapsed) => self.undecided(RedisLimitError::Timeout { timeout }),
+        }
+    }
+
+    /// Takes `permits` for `key`, waiting as long as its limit requires: after each
+    /// refusal it sleeps the `retry_after` Redis gave, plus a random extra of up to a
+    /// quarter of it (at least up to 1 ms, at most up to 1 s), then asks again.
+    ///
+    /// **Not first in, first out.** Waiters in different processes cannot see each
+    /// other: whoever asks first once permits are back takes them, so a large request
+    /// can be overtaken by small ones for as long as they keep coming. The jitter keeps
+    /// callers refused together from all coming back in the same millisecond. Where
+    /// strict order matters within one process, put an in-process limiter in front.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire), except [`RedisLimitError::Limited`], on
+    /// which it waits. Under [`FailurePolicy::FailClosed`] it returns the first
+    /// [`Unavailable`](RedisLimitError::Unavailable) or
+    /// [`Timeout`](RedisLimitError::Timeout) rather than waiting for Redis to come back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe while it sleeps: dropping it then takes nothing. Dropped while a call
+    /// to Redis is under way it may or may not have taken the permits, as for
+    /// [`try_acquire`](Self::try_acquire); it never takes more than asked.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisSlidingLog};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// // At most 5 exports per user in any hour.
+    /// let limiter = RedisSlidingLog::new(
+    ///     connection,
+    ///     5,
+    ///     Duration::from_secs(3600),
+    ///     RedisOptions::new(FailurePolicy::FailClosed),
+    /// )?;
+    /// tokio::time::timeout(Duration::from_secs(10), limiter.acquire("user-42", 1)).await??;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, key: &str, permits: u64) -> Result<(), RedisLimitError> {
+        loop {
+            match self.try_acquire(key, permits).await {
+                Err(RedisLimitError::Limited { retry_after }) => {
+                    let wait = retry_after + self.shared.jitter.extra_wait(retry_after);
+                    tokio::time::sleep(wait).await;
+                }
+                decided => return decided,
+            }
+        }
+    }
+
+    /// How many requests were allowed without a decision from Redis, under
+    /// [`FailurePolicy::FailOpen`], since the limiter was made (clones share the count).
+    /// Worth exporting as a metric: while it grows, nothing is limited.
+    ///
+    /// ```no_run
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::Rate;
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen);
+    /// let limiter = RedisTokenBucket::new(connection, Rate::per_second(100), 100, options)?;
+    /// limiter.try_acquire("tenant-3", 1).await?;
+    /// println!("allowed while Redis was away: {}", limiter.fail_open_count());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fail_open_count(&self) -> u64 {
+        self.shared.fail_open_decisions.load(Ordering::Relaxed)
+    }
+
+    /// The most permits one request may ask for: a bucket's capacity, a window's limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisSlidingLog};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A connection that connects on first use: nothing here talks to Redis.
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed);
+    /// let limiter = RedisSlidingLog::new(connection, 30, Duration::from_secs(60), options)?;
+    /// assert_eq!(limiter.limit(), 30);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limit(&self) -> u64 {
+        self.shared.algorithm.limit()
+    }
+
+    /// The limiter's options.
+    ///
+    /// ```
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::Rate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen).with_prefix("uploads:");
+    /// let limiter = RedisTokenBucket::new(connection, Rate::per_second(5), 5, options)?;
+    /// assert_eq!(limiter.options().prefix(), "uploads:");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn options(&self) -> &RedisOptions {
+        &self.shared.options
+    }
+
+    /// The Redis key that holds `key`'s state: `<prefix><kind>:<key>` (see
+    /// [`RedisOptions::with_prefix`]). For inspecting or clearing it by hand.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisFixedWindow, RedisOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen).with_prefix("billing:");
+    /// let limiter = RedisFixedWindow::new(connection, 10, Duration::from_secs(1), options)?;
+    /// assert_eq!(limiter.redis_key("user-42"), "billing:fw:user-42");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}{}:{key}", self.shared.options.prefix(), A::TAG)
+    }
+
+    /// Applies the failure policy to a call Redis did not decide.
+    fn undecided(&self, failure: RedisLimitError) -> Result<(), RedisLimitError> {
+        match self.shared.options.policy() {
+            FailurePolicy::FailOpen => {
+                self.shared
+                    .fail_open_decisions
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            FailurePolicy::FailClosed => Err(failure),
+        }
+    }
+}
+
+impl<A> Clone for RedisLimiter<A> {
+    fn clone(&self) -> Self {
+        RedisLimiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("algorithm", &self.shared.algorithm)
+            .field("options", &self.shared.options)
+            .field(
+                "fail_open_count",
+                &self.shared.fail_open_decisions.load(Ordering::Relaxed),
+            )
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,118 @@
+//! Limiters whose state lives in Redis, so that many processes share one budget (feature
+//! `redis`).
+//!
+//! When a service runs on many machines, each with its own in-process limiter, its limit
+//! is multiplied by the number of machines. [`RedisTokenBucket`], [`RedisFixedWindow`]
+//! and [`RedisSlidingLog`] keep their state in Redis instead: every process that uses
+//! the same Redis, [prefix](RedisOptions::with_prefix) and settings shares one limit
+//! per key (a user, an API key, an IP).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use token_bucket::redis::{driver, FailurePolicy, RedisLimitError, RedisOptions, RedisSlidingLog};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = driver::Client::open("redis://127.0.0.1/")?;
+//! // Reconnects by itself after Redis restarts or the network drops.
+//! let connection = driver::aio::ConnectionManager::new(client).await?;
+//! let options = RedisOptions::new(FailurePolicy::FailOpen).with_prefix("search:");
+//! // At most 100 searches per user in any minute, across all servers.
+//! let limiter = RedisSlidingLog::new(connection, 100, Duration::from_secs(60), options)?;
+//! match limiter.try_acquire("user-42", 1).await {
+//!     Ok(()) => println!("search"),
+//!     Err(RedisLimitError::Limited { retry_after }) => println!("429, Retry-After {retry_after:?}"),
+//!     Err(other) => return Err(other.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How they decide
+//!
+//! They need Redis 4.0 or newer (for `HSET` of several fields); the tests run against
+//! Redis 7.0.
+//!
+//! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key:
+//!   read the state, decide, write it back, set the key's expiry. Scripts are called by
+//!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a
+//!   `SCRIPT FLUSH`) the script is loaded and called again.
+//! - **The server's clock.** Time is read inside the script with Redis's `TIME`, never
+//!   sent by the client, so application servers whose clocks disagree, by milliseconds or
+//!   by minutes, share one schedule and cannot over-issue. A server clock that steps back
+//!   only makes the limiters stricter until it catches up.
+//! - **Exact integers.** Times are whole microseconds; Lua counts with doubles, exact
+//!   below 2^53, and the constructors refuse settings that could go past that
+//!   ([`ConfigError::UnsupportedRate`](crate::ConfigError::UnsupportedRate),
+//!   [`ConfigError::UnsupportedWindow`](crate::ConfigError::UnsupportedWindow),
+//!   [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge)). Server time in
+//!   microseconds stays below 2^53 until the year 2255.
+//! - **`retry_after` in whole milliseconds, rounded up**, so it is never shorter than the
+//!   true wait and can be sent as an HTTP `Retry-After`.
+//! - **Keys expire by themselves** once idle: a bucket when it would be full again, a
+//!   window when it ends, a log when its newest permit stops counting. A missing key
+//!   means "nothing used", so Redis holds only keys in use. A Redis restart without
+//!   persistence forgets every key: all limits start afresh.
+//!
+//! # When Redis cannot decide
+//!
+//! Every call to Redis has a [timeout](RedisOptions::with_timeout) (100 ms unless told
+//! otherwise), so a hung Redis cannot hang the caller. Past it, or when Redis is
+//! unreachable or answers with an error, the [`FailurePolicy`] chosen in
+//! [`RedisOptions::new`] decides: [`FailOpen`](FailurePolicy::FailOpen) allows the
+//! request and counts it ([`fail_open_count`](RedisLimiter::fail_open_count)),
+//! [`FailClosed`](FailurePolicy::FailClosed) refuses it with
+//! [`RedisLimitError::Unavailable`] or [`RedisLimitError::Timeout`]. The
+//! [`ConnectionManager`](driver::aio::ConnectionManager) reconnects in the background, so
+//! once Redis is back the limiter decides again, without being made anew; how soon is
+//! set by the manager's [`ConnectionManagerConfig`](driver::aio::ConnectionManagerConfig)
+//! (its retry delays).
+//!
+//! # Not the in-process `Limiter`
+//!
+//! These limiters are asynchronous (every decision is a network call) and keyed, so they
+//! do not implement [`Limiter`](crate::Limiter), whose `try_acquire` answers at once for
+//! one limiter. Their [`acquire`](RedisLimiter::acquire) waits the `retry_after` Redis
+//! gives, with jitter, and asks again: order across processes is not first in, first
+//! out.
+//!
+//! # The driver
+//!
+//! [`driver`] is the `redis` crate this module was built with, so that the
+//! connection you pass is of the same version. It needs Rust 1.88 or newer, and so does
+//! this feature; the rest of the crate keeps its older minimum.
+
+mod algorithm;
+mod error;
+mod fixed_window;
+mod jitter;
+mod limiter;
+mod policy;
+mod scripts;
+mod sliding_log;
+mod token_bucket;
+mod window;
+
+pub use self::algorithm::RedisAlgorithm;
+pub use self::error::RedisLimitError;
+pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};
+pub use self::limiter::RedisLimiter;
+pub use self::policy::{FailurePolicy, RedisOptions};
+pub use self::sliding_log::{RedisSlidingLog, SlidingLogScript};
+pub use self::token_bucket::{RedisTokenBucket, TokenBucketScript};
+
+/// The [`redis`](https://docs.rs/redis) crate, re-exported: make the
+/// [`ConnectionManager`](driver::aio::ConnectionManager) the limiters take with it.
+///
+/// ```no_run
+/// use token_bucket::redis::driver;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), driver::RedisError> {
+/// let client = driver::Client::open("redis://127.0.0.1/")?;
+/// let connection = driver::aio::ConnectionManager::new(client).await?;
+/// # drop(connection);
+/// # Ok(())
+/// # }
+/// ```
+pub use ::redis as driver;
