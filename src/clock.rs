@@ -57,6 +57,17 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
 }
 
+/// `nanos` as a `Duration`, or `Duration::MAX` past what one holds: never shorter than
+/// true, so a `retry_after` made from it is never too short.
+pub(crate) fn duration_from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SECOND: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SECOND) {
+        // The remainder is below 10^9, so it fits in a u32.
+        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
 /// The time loom tests run at: a loom atomic, so that loom explores where a change of
 /// time falls among the other threads' steps. Each model run installs its own; it is
 /// kept per OS thread, so that tests running side by side keep theirs (loom runs all of a
@@ -97,5 +108,28 @@ pub(crate) mod model_time {
         installed
             .as_ref()
             .expect("loom tests run their model through loom_tests::model")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_past_what_a_duration_holds_saturate_upwards() {
+        assert_eq!(
+            duration_from_nanos(1_500_000_001),
+            Duration::new(1, 500_000_001)
+        );
+        assert_eq!(
+            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 999_999_999),
+            Duration::MAX
+        );
+        assert_eq!(
+            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 1_000_000_000),
+            Duration::MAX
+        );
+        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
+        assert_eq!(duration_from_nanos(0), Duration::ZERO);
     }
 }

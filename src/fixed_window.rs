@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{nanos, Clock};
+use crate::clock::{duration_from_nanos, nanos, Clock};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::turnstile::Turnstile;
@@ -626,16 +626,6 @@ impl Packing {
         } else {
             self.count += permits;
         }
-    }
-}
-
-/// `nanos` as a `Duration`, saturating at `Duration::MAX`.
-fn duration_from_nanos(nanos: u128) -> Duration {
-    const NANOS_PER_SECOND: u128 = 1_000_000_000;
-    match u64::try_from(nanos / NANOS_PER_SECOND) {
-        // The remainder is below 10^9, so it fits in a u32.
-        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
-        Err(_) => Duration::MAX,
     }
 }
 

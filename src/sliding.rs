@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{duration_from_nanos, Clock};
 use crate::error::{AcquireError, TryAcquireError};
 use crate::turnstile::Turnstile;
 
@@ -292,16 +292,6 @@ fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Du
     duration_from_nanos(ready_at - u128::from(now))
 }
 
-/// `nanos` as a `Duration`, or `Duration::MAX` past it: never shorter than true.
-fn duration_from_nanos(nanos: u128) -> Duration {
-    const NANOS_PER_SECOND: u128 = 1_000_000_000;
-    match u64::try_from(nanos / NANOS_PER_SECOND) {
-        // The remainder is below 10^9, so it fits.
-        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
-        Err(_) => Duration::MAX,
-    }
-}
-
 /// Gives a public type whose field `sliding` holds its [`Sliding`] handle what both
 /// sliding limiters have: [`Limiter`](crate::Limiter), `Debug`, and the accessors
 /// `limit`, `window` and `queued_permits`. `$example` makes one admitting 2 permits a
@@ -407,21 +397,3 @@ macro_rules! impl_limiter {
 }
 
 pub(crate) use impl_limiter;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_past_what_a_duration_holds_saturate_upwards() {
-        assert_eq!(
-            duration_from_nanos(1_500_000_001),
-            Duration::new(1, 500_000_001)
-        );
-        assert_eq!(
-            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 999_999_999),
-            Duration::MAX
-        );
-        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
-    }
-}
