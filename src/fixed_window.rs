@@ -345,7 +345,7 @@ impl Limiter for FixedWindow {
                 limit: shared.limit,
             });
         }
-        if shared.turnstile.queued() > 0 {
+        if shared.turnstile.is_waiting() {
             let (now, current) = shared.current();
             let retry_after = shared.retry_after(now, current, permits, true);
             return Err(TryAcquireError::Limited { retry_after });
@@ -417,7 +417,7 @@ impl Limiter for FixedWindow {
     /// ```
     fn is_limited(&self) -> bool {
         let shared = &self.shared;
-        shared.turnstile.queued() > 0 || shared.current().1.count >= shared.limit
+        shared.turnstile.is_waiting() || shared.current().1.count >= shared.limit
     }
 
     /// Gives `permits` back to the current window, for work that did not happen, and
@@ -501,7 +501,7 @@ impl Limiter for FixedWindow {
     /// ```
     fn is_idle(&self) -> bool {
         let shared = &self.shared;
-        shared.turnstile.queued() == 0 && shared.current().1.count == 0
+        !shared.turnstile.is_waiting() && shared.current().1.count == 0
     }
 
     /// A new limiter with the same limit and window and the same window boundaries
@@ -538,7 +538,7 @@ impl fmt::Debug for FixedWindow {
             .field("limit", &self.shared.limit)
             .field("window", &self.shared.window)
             .field("available", &self.available())
-            .field("queued", &self.shared.turnstile.queued())
+            .field("queued", &self.shared.turnstile.queued_permits())
             .finish()
     }
 }

@@ -107,9 +107,9 @@ impl<T: Tally> Sliding<T> {
         &self.shared.settings
     }
 
-    /// Permits asked for by the waiters in line.
+    /// Permits asked for by the waiters in line, `u64::MAX` if more.
     pub(crate) fn queued_permits(&self) -> u64 {
-        self.shared.turnstile.queued()
+        self.shared.turnstile.queued_permits()
     }
 
     /// The tally brought to now, and now. Now is read under the lock so that the
@@ -146,7 +146,7 @@ impl<T: Tally> Sliding<T> {
     fn admit(&self, permits: u64, caller: Caller) -> Result<(), TryAcquireError> {
         let (mut tally, now) = self.lock();
         let line_ahead = match caller {
-            Caller::OutsideTheLine => self.shared.turnstile.queued() > 0,
+            Caller::OutsideTheLine => self.shared.turnstile.is_waiting(),
             Caller::HeadOfTheLine => false,
         };
         if !line_ahead && tally.fits(permits, now) {
@@ -190,7 +190,7 @@ impl<T: Tally> Sliding<T> {
 
     pub(crate) fn is_limited(&self) -> bool {
         let (tally, now) = self.lock();
-        self.shared.turnstile.queued() > 0 || !tally.fits(1, now)
+        self.shared.turnstile.is_waiting() || !tally.fits(1, now)
     }
 
     pub(crate) fn refund(&self, permits: u64) {
@@ -209,7 +209,7 @@ impl<T: Tally> Sliding<T> {
     pub(crate) fn is_idle(&self) -> bool {
         let (tally, now) = self.lock();
         // A whole limit fits exactly when no grant counts.
-        self.shared.turnstile.queued() == 0 && tally.fits(self.shared.settings.limit, now)
+        !self.shared.turnstile.is_waiting() && tally.fits(self.shared.settings.limit, now)
     }
 
     pub(crate) fn fresh(&self) -> Sliding<T> {
@@ -331,7 +331,7 @@ macro_rules! impl_limiter {
 
             #[doc = concat!(
                         "Permits asked for by the [`acquire`](crate::Limiter::acquire) calls ",
-                        "waiting in line now.\n\n",
+                        "waiting in line now (`u64::MAX` if they add up to more).\n\n",
                         "```\n",
                         "use std::time::Duration;\n",
                         "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",

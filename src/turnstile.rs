@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{MutexGuard, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -24,9 +24,12 @@ use crate::error::{AcquireError, TryAcquireError};
 #[derive(Debug, Default)]
 pub(crate) struct Turnstile {
     head: Mutex<()>,
-    /// Permits asked for by everyone in line (the head included); `try_acquire` refuses
-    /// while this is not zero, so it never jumps the line.
-    queued: AtomicU64,
+    /// Waiters in line (the head included); `try_acquire` refuses while this is not zero,
+    /// so it never jumps the line. A count of waiters, not a sum of their permits: one
+    /// waiter adds one whatever it asks for, so the count can neither wrap to zero (two
+    /// requests of 2^63 permits would wrap a `u64` sum) nor read zero for a request of
+    /// zero permits.
+    waiters: AtomicUsize,
     /// Each waiter's request, in the order of the line: a request must fit whole in a
     /// window, so a `retry_after` behind the line needs the sizes, not only their sum.
     line: std::sync::Mutex<Line>,
@@ -35,9 +38,14 @@ pub(crate) struct Turnstile {
 }
 
 impl Turnstile {
-    /// Permits asked for by the waiters in line.
-    pub(crate) fn queued(&self) -> u64 {
-        self.queued.load(Ordering::Acquire)
+    /// Whether anybody waits in line. Lock-free: what the fast paths ask.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.waiters.load(Ordering::Acquire) > 0
+    }
+
+    /// Permits asked for by the waiters in line, `u64::MAX` if they add up to more.
+    pub(crate) fn queued_permits(&self) -> u64 {
+        u64::try_from(self.line().permits).unwrap_or(u64::MAX)
     }
 
     /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
@@ -62,8 +70,7 @@ impl Turnstile {
     /// Waits in line, then calls `attempt` until it admits `permits`.
     ///
     /// `attempt` tries to acquire without looking at the line; when refused it returns
-    /// how long until the request fits. The caller has already refused `permits` above
-    /// its limit, so the sum in line cannot overflow. Cancel safe: dropping the future leaves the line
+    /// how long until the request fits. Cancel safe: dropping the future leaves the line
     /// and acquires nothing.
     pub(crate) async fn acquire(
         &self,
@@ -117,6 +124,8 @@ async fn sleep_or_refund(retry_after: Duration, refunded: Notified<'_>) {
 struct Line {
     places: VecDeque<Place>,
     next_ticket: u64,
+    /// The sum of their permits; 128 bits, so that no line of `u64` requests overflows it.
+    permits: u128,
 }
 
 #[derive(Debug)]
@@ -125,13 +134,11 @@ struct Place {
     permits: u64,
 }
 
-/// A waiter's place: its permits counted in [`Turnstile::queued`] and recorded in the
-/// line until it leaves, by success, error or drop.
+/// A waiter's place: counted in [`Turnstile::is_waiting`] and recorded in the line until
+/// it leaves, by success, error or drop.
 struct InLine<'a> {
     turnstile: &'a Turnstile,
     ticket: u64,
-    /// What it adds to `queued`.
-    counted: u64,
 }
 
 impl<'a> InLine<'a> {
@@ -140,15 +147,9 @@ impl<'a> InLine<'a> {
         let ticket = line.next_ticket;
         line.next_ticket = ticket.wrapping_add(1);
         line.places.push_back(Place { ticket, permits });
-        // A waiter counts even for zero permits, so the line is never seen empty while
-        // someone stands in it.
-        let counted = permits.max(1);
-        turnstile.queued.fetch_add(counted, Ordering::AcqRel);
-        InLine {
-            turnstile,
-            ticket,
-            counted,
-        }
+        line.permits += u128::from(permits);
+        turnstile.waiters.fetch_add(1, Ordering::AcqRel);
+        InLine { turnstile, ticket }
     }
 }
 
@@ -156,15 +157,13 @@ impl Drop for InLine<'_> {
     fn drop(&mut self) {
         let mut line = self.turnstile.line();
         // Usually the head leaves, so the search ends at once.
-        if let Some(index) = line
+        let index = line
             .places
             .iter()
-            .position(|place| place.ticket == self.ticket)
-        {
-            line.places.remove(index);
+            .position(|place| place.ticket == self.ticket);
+        if let Some(place) = index.and_then(|index| line.places.remove(index)) {
+            line.permits -= u128::from(place.permits);
         }
-        self.turnstile
-            .queued
-            .fetch_sub(self.counted, Ordering::AcqRel);
+        self.turnstile.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -331,6 +331,33 @@ async fn any_u64_limit_works_and_its_totals_wrap_harmlessly() {
     }
 }
 
+/// Two waiters of 2^63 permits each ask for 2^64 in all: a line counted as a `u64` sum of
+/// permits would read as empty, letting `try_acquire` jump it and `is_idle` forget it.
+#[tokio::test(start_paused = true)]
+async fn a_line_asking_for_more_than_a_u64_still_holds_back_try_acquire() {
+    let limiter = wheel(u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(1 << 63));
+    let mut second = tokio_test::task::spawn(limiter.acquire(1 << 63));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    // Room for everyone now, but two waiters stand in line.
+    limiter.refund(u64::MAX);
+    assert_eq!(limiter.available(), u64::MAX);
+    assert!(limiter.is_limited());
+    assert!(!limiter.is_idle());
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_100));
+    assert_eq!(limiter.queued_permits(), u64::MAX, "2^64, saturated");
+    assert!(format!("{limiter:?}").contains(&format!("queued_permits: {}", u64::MAX)));
+
+    // The line moves on in order, and empties.
+    assert_eq!(first.await, Ok(()));
+    assert_eq!(limiter.queued_permits(), 1 << 63);
+    drop(second);
+    assert_eq!(limiter.queued_permits(), 0);
+    assert!(!limiter.is_limited());
+}
+
 /// Nanoseconds from `start` to now.
 fn since(start: Instant) -> u64 {
     u64::try_from((Instant::now() - start).as_nanos()).unwrap()
