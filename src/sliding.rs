@@ -265,16 +265,23 @@ enum Caller {
 /// counting one lap after they are made. Positions only grow, so one pass over the
 /// line's admissions finds them all: O(line).
 fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Duration {
+    // Positions count every permit of the line, which may add up past a `u64` (any
+    // `u64` limit is accepted, and a line may hold many requests that large): exact in
+    // 128 bits, as no line of `u64` requests reaches 2^128.
+    let limit = u128::from(limit);
     // The line's admissions: (grants made up to and including this one, instant).
-    let mut admissions: VecDeque<(u64, u128)> = VecDeque::with_capacity(requests.len());
-    let mut made: u64 = 0;
+    let mut admissions: VecDeque<(u128, u128)> = VecDeque::with_capacity(requests.len());
+    let mut made: u128 = 0;
     let mut ready_at = u128::from(now);
     // A request for nothing is admitted at once and takes nothing.
     for &permits in requests.iter().filter(|&&permits| permits > 0) {
-        let deciding = made.saturating_add(permits - 1);
+        let deciding = made + u128::from(permits - 1);
         let released = match deciding.checked_sub(limit) {
-            None => tally.released_at(deciding),
+            // Below the limit, so it fits in a u64.
+            None => tally.released_at(deciding as u64),
             Some(own) => {
+                // `permits <= limit`, so `own < made`: the last admission, through
+                // `made`, is never popped.
                 while admissions
                     .front()
                     .is_some_and(|&(through, _)| through <= own)
@@ -286,7 +293,7 @@ fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Du
             }
         };
         ready_at = ready_at.max(released);
-        made = made.saturating_add(permits);
+        made += u128::from(permits);
         admissions.push_back((made, ready_at));
     }
     duration_from_nanos(ready_at - u128::from(now))

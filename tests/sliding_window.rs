@@ -358,6 +358,29 @@ async fn a_line_asking_for_more_than_a_u64_still_holds_back_try_acquire() {
     assert!(!limiter.is_limited());
 }
 
+/// Requests of `u64::MAX` permits wait each for the one before to stop counting: the
+/// positions of their permits in the order of grants pass what a `u64` holds.
+#[tokio::test(start_paused = true)]
+async fn retry_after_behind_a_line_of_u64_max_requests_is_exact() {
+    let limiter = wheel(u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(u64::MAX));
+    let mut second = tokio_test::task::spawn(limiter.acquire(u64::MAX));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    // The first is admitted at 1.1 s, the second at 2.2 s, a third request at 3.3 s.
+    assert_eq!(retry_after(limiter.try_acquire(u64::MAX)), ms(3_300));
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(3_300));
+
+    advance(ms(1_100)).await;
+    assert_eq!(first.await, Ok(()));
+    tokio_test::assert_pending!(second.poll());
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(2_200));
+    advance(ms(1_100)).await;
+    assert_eq!(second.await, Ok(()));
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_100));
+}
+
 /// Nanoseconds from `start` to now.
 fn since(start: Instant) -> u64 {
     u64::try_from((Instant::now() - start).as_nanos()).unwrap()
