@@ -230,6 +230,32 @@ impl FixedWindow {
     pub fn window(&self) -> Duration {
         self.shared.window
     }
+
+    /// Permits asked for by the [`acquire`](Limiter::acquire) calls waiting in line now
+    /// (`u64::MAX` if they add up to more).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(4, Duration::from_secs(1))?;
+    /// limiter.try_acquire(4)?;
+    /// let waiter = tokio::spawn({
+    ///     let limiter = limiter.clone();
+    ///     async move { limiter.acquire(3).await }
+    /// });
+    /// tokio::task::yield_now().await;
+    /// assert_eq!(limiter.queued_permits(), 3);
+    /// waiter.await??; // admitted in the next window
+    /// assert_eq!(limiter.queued_permits(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queued_permits(&self) -> u64 {
+        self.shared.turnstile.queued_permits()
+    }
 }
 
 impl Shared {
@@ -538,7 +564,7 @@ impl fmt::Debug for FixedWindow {
             .field("limit", &self.shared.limit)
             .field("window", &self.shared.window)
             .field("available", &self.available())
-            .field("queued", &self.shared.turnstile.queued_permits())
+            .field("queued_permits", &self.queued_permits())
             .finish()
     }
 }

@@ -379,7 +379,7 @@ async fn fresh_starts_empty_on_the_same_window_grid() {
     assert_eq!(template.available(), 1);
     assert_eq!(
         format!("{fresh:?}"),
-        "FixedWindow { limit: 3, window: 1s, available: 0, queued: 0 }"
+        "FixedWindow { limit: 3, window: 1s, available: 0, queued_permits: 0 }"
     );
 }
 
@@ -480,4 +480,25 @@ fn racing_threads_share_exactly_one_window_of_permits() {
     });
     assert_eq!(admitted, LIMIT);
     assert_eq!(limiter.available(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_permits_sums_the_line_and_debug_names_it_so() {
+    let limiter = FixedWindow::new(5, secs(1)).unwrap();
+    limiter.try_acquire(5).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(4));
+    let mut second = tokio_test::task::spawn(limiter.acquire(3));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    assert_eq!(limiter.queued_permits(), 7);
+    assert_eq!(
+        format!("{limiter:?}"),
+        "FixedWindow { limit: 5, window: 1s, available: 0, queued_permits: 7 }"
+    );
+    drop(first);
+    assert_eq!(limiter.queued_permits(), 3);
+    advance(secs(1)).await;
+    assert_eq!(second.await, Ok(()));
+    assert_eq!(limiter.queued_permits(), 0);
+    assert_eq!(limiter.available(), 2);
 }
