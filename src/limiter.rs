@@ -82,7 +82,8 @@ pub trait Limiter: Send + Sync + 'static {
     fn is_idle(&self) -> bool;
 
     /// A new limiter with the same settings, in the idle state (a full bucket, empty
-    /// windows).
+    /// windows). A window limiter's copy keeps the template's window (or slot)
+    /// boundaries, so every copy of one template behaves the same once idle.
     fn fresh(&self) -> Self
     where
         Self: Sized;

@@ -93,10 +93,15 @@ impl<T: Tally> Sliding<T> {
     /// A limiter with empty windows, its clock starting now. The caller has checked the
     /// settings.
     pub(crate) fn new(settings: Settings<T::Extra>) -> Sliding<T> {
+        Sliding::with_clock(settings, Clock::start())
+    }
+
+    /// A limiter with empty windows on `clock`.
+    fn with_clock(settings: Settings<T::Extra>, clock: Clock) -> Sliding<T> {
         Sliding {
             shared: Arc::new(Shared {
                 settings,
-                clock: Clock::start(),
+                clock,
                 tally: Mutex::new(T::new(&settings)),
                 turnstile: Turnstile::default(),
             }),
@@ -212,8 +217,10 @@ impl<T: Tally> Sliding<T> {
         !self.shared.turnstile.is_waiting() && tally.fits(self.shared.settings.limit, now)
     }
 
+    /// A new, empty limiter on this one's clock: a time wheel's slots stay aligned to the
+    /// template's, so a fresh copy behaves exactly as the template would when empty.
     pub(crate) fn fresh(&self) -> Sliding<T> {
-        Sliding::new(self.shared.settings)
+        Sliding::with_clock(self.shared.settings, self.shared.clock.clone())
     }
 
     /// `name { limit, window, <extra settings>, counted, queued_permits }`.

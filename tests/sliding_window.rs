@@ -249,6 +249,21 @@ async fn fresh_has_the_same_settings_and_nothing_counted_while_clones_share() {
     );
 }
 
+/// `Keyed` forgets an idle key's wheel and makes a fresh one when the key comes back: the
+/// fresh one must turn on the template's slot boundaries, or the key's permits would
+/// count for a different time than before it was forgotten.
+#[tokio::test(start_paused = true)]
+async fn fresh_turns_on_the_templates_slot_boundaries() {
+    let template = wheel(1);
+    advance(ms(250)).await; // into slot 2 of the template
+    let fresh = template.fresh();
+    fresh.try_acquire(1).unwrap();
+    // Admitted in slot 2, it counts until slot 12 ends, 1.3 s after the template's start.
+    assert_eq!(retry_after(fresh.try_acquire(1)), ms(1_050));
+    template.try_acquire(1).unwrap();
+    assert_eq!(retry_after(template.try_acquire(1)), ms(1_050));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it() {
     limiters::a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it(wheel(5), HOLD).await;
