@@ -2,6 +2,7 @@
 //! tokio's clock so that paused time (`tokio::time::pause`) drives the bucket.
 
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 /// A nanosecond count that is never reached: "no deadline", "no token ever".
@@ -68,6 +69,30 @@ pub(crate) fn duration_from_nanos(nanos: u128) -> Duration {
     }
 }
 
+/// The panic message of a waiter polled in a tokio runtime without a timer: tokio's own,
+/// which names the fix. Documented under `# Panics` on every method whose future waits.
+#[cfg(test)]
+pub(crate) const NO_TIMER_PANIC: &str =
+    "A Tokio 1.x context was found, but timers are disabled. Call `enable_time` on the runtime builder to enable timers.";
+
+/// Panics if called inside a tokio runtime built without its timer (no `enable_time`);
+/// does nothing in a runtime with one, or outside any runtime (where waiting is refused
+/// with a `NoRuntime` error instead).
+///
+/// Every waiter calls it on its first poll, once it knows it must wait and before it
+/// queues, so a missing timer is reported there, in the waiter's own task. Otherwise a
+/// bucket's refill task would panic on its first sleep, be restarted by its waiter and
+/// panic again, for ever, and a window limiter's waiter would panic only once it reached
+/// the head of its line.
+#[track_caller]
+pub(crate) fn require_timer() {
+    if Handle::try_current().is_ok() {
+        // tokio offers no way to ask whether a runtime has a timer: making one asks, and
+        // tokio answers "no" with a panic that says to call `enable_time`.
+        drop(tokio::time::sleep(Duration::ZERO));
+    }
+}
+
 /// The time loom tests run at: a loom atomic, so that loom explores where a change of
 /// time falls among the other threads' steps. Each model run installs its own; it is
 /// kept per OS thread, so that tests running side by side keep theirs (loom runs all of a
@@ -131,5 +156,30 @@ mod tests {
         );
         assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
         assert_eq!(duration_from_nanos(0), Duration::ZERO);
+    }
+
+    /// The text a panic was raised with.
+    pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+        panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(not text)")
+    }
+
+    #[test]
+    fn require_timer_panics_only_in_a_runtime_without_a_timer() {
+        require_timer(); // no runtime: nothing to check
+        let timed = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        timed.block_on(async { require_timer() });
+        let untimed = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let panic = std::panic::catch_unwind(|| untimed.block_on(async { require_timer() }))
+            .expect_err("a runtime without a timer");
+        assert_eq!(panic_message(&*panic), NO_TIMER_PANIC);
     }
 }

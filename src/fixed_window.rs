@@ -115,8 +115,10 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// # Runtime
 ///
 /// Everything but a waiting `acquire` works from any thread, with or without a runtime.
-/// An `acquire` that must wait needs a tokio runtime with time enabled; without one it
-/// fails with [`AcquireError::NoRuntime`].
+/// An `acquire` that must wait needs a tokio runtime with time enabled: outside any
+/// runtime it fails with [`AcquireError::NoRuntime`], and in a runtime built without
+/// time it panics on its first poll, naming `enable_time` (see
+/// [`Limiter::acquire`](Limiter::acquire)).
 #[derive(Clone)]
 pub struct FixedWindow {
     shared: Arc<Shared>,
@@ -386,6 +388,11 @@ impl Limiter for FixedWindow {
     ///
     /// [`AcquireError::ExceedsLimit`] at once when `permits` is above the limit;
     /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time, as
+    /// [`Limiter::acquire`](Limiter::acquire) says.
     ///
     /// # Cancel safety
     ///

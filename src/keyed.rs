@@ -367,6 +367,11 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// [`AcquireError::ExceedsLimit`], [`AcquireError::NoRuntime`], and a bucket's
     /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
     ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time, as
+    /// [`Limiter::acquire`](Limiter::acquire) says.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future gives up its place in the key's line and acquires

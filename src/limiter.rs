@@ -61,6 +61,15 @@ pub trait Limiter: Send + Sync + 'static {
     /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime; a bucket's
     /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
     ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait (the limiter refuses it now, or others wait
+    /// first) inside a tokio runtime built without time (no `enable_time` on the
+    /// runtime's builder), with tokio's message "A Tokio 1.x context was found, but
+    /// timers are disabled. Call \`enable_time\` on the runtime builder to enable
+    /// timers.": nothing could ever wake it, so it says so at once rather than hang.
+    /// Requests admitted at once need no timer.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future gives up its place in line and acquires nothing.

@@ -1,19 +1,17 @@
 //! First in, first out waiting for the window limiters, which have no refill task: each
 //! waiter in turn sleeps until its request fits, then acquires.
 
+use futures::future::select;
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{MutexGuard, PoisonError};
 use std::task::Poll;
-use std::time::Duration;
-
-use futures::future::select;
 use tokio::runtime::Handle;
-use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
+use crate::clock;
 use crate::error::{AcquireError, TryAcquireError};
 
 /// The line of waiters of one window limiter.
@@ -90,7 +88,12 @@ impl Turnstile {
         .await;
         let _head = match first_poll {
             Poll::Ready(head) => head,
-            Poll::Pending => head.await,
+            Poll::Pending => {
+                // It must wait: without a timer it could never be woken once at the head,
+                // so say so now, on its first poll.
+                clock::require_timer();
+                head.await
+            }
         };
         loop {
             // Listen before looking, so a refund between the two is not missed.
@@ -109,14 +112,12 @@ impl Turnstile {
             if Handle::try_current().is_err() {
                 return Err(AcquireError::NoRuntime);
             }
-            sleep_or_refund(retry_after, refunded).await;
+            // Made in this poll: in a runtime without a timer, tokio panics right here
+            // (see `clock::require_timer`).
+            let sleep = pin!(tokio::time::sleep(retry_after));
+            let _ = select(sleep, pin!(refunded)).await;
         }
     }
-}
-
-async fn sleep_or_refund(retry_after: Duration, refunded: Notified<'_>) {
-    let sleep = pin!(tokio::time::sleep(retry_after));
-    let _ = select(sleep, pin!(refunded)).await;
 }
 
 /// The waiters' requests in line order, each with a ticket to find it when it leaves.

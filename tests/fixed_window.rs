@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{assert_at, ms, secs, yield_until};
+use common::{assert_at, limiters, ms, secs, yield_until};
 use token_bucket::{AcquireError, ConfigError, FixedWindow, Limiter, TryAcquireError};
 use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
@@ -406,6 +406,19 @@ async fn a_caller_whose_clock_is_behind_counts_into_the_newer_window() {
     // Until window 11, from a clock in window 0.
     assert!(retry_after > hour * 10 && retry_after <= hour * 11);
     assert_eq!(limiter.available(), 0);
+}
+
+impl limiters::Waiting for FixedWindow {
+    fn queued_permits(&self) -> u64 {
+        FixedWindow::queued_permits(self)
+    }
+}
+
+#[test]
+fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    limiters::a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll(
+        FixedWindow::new(1, secs(60)).unwrap(),
+    );
 }
 
 #[test]

@@ -48,6 +48,13 @@ async fn more_permits_than_the_limit_are_refused_by_try_acquire_and_acquire() {
 }
 
 #[test]
+fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    limiters::a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll(
+        SlidingLog::new(1, secs(60)).unwrap(),
+    );
+}
+
+#[test]
 fn acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime() {
     limiters::acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime(log(1, secs(3_600)));
 }

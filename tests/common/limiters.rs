@@ -13,7 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
 
 use super::admissions::{check_never_over, hammer};
-use super::{assert_at, ms, ns, retry_after, spawn_acquire, yield_until};
+use super::{
+    assert_at, ms, ns, panic_message_of, poll_once_in, retry_after, runtime_without_a_timer,
+    spawn_acquire, yield_until, NO_TIMER_PANIC,
+};
 
 /// What the scenarios need beyond [`Limiter`]: the permits waiting in line.
 pub trait Waiting {
@@ -148,6 +151,33 @@ pub fn acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime<L: Limiter
         futures::executor::block_on(limiter.acquire(1)),
         Err(AcquireError::NoRuntime)
     );
+    assert_eq!(limiter.queued_permits(), 0);
+    assert_eq!(limiter.available(), 0);
+}
+
+/// Needs a limit of 1 and a window of a minute or more; runs outside any runtime. A
+/// waiter in a runtime without a timer could never be woken: it panics on its first poll,
+/// at the head of the line or behind one waiting in another runtime, and leaves the line.
+pub fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll<L: Limiter + Waiting>(
+    limiter: L,
+) {
+    let untimed = runtime_without_a_timer();
+    // Admitted at once, it needs no timer.
+    assert_eq!(untimed.block_on(limiter.acquire(1)), Ok(()));
+    let message = panic_message_of(|| poll_once_in(&untimed, limiter.acquire(1)));
+    assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    assert_eq!(limiter.queued_permits(), 0);
+
+    let timed = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(1));
+    timed.block_on(async { tokio_test::assert_pending!(head.poll()) });
+    let message = panic_message_of(|| poll_once_in(&untimed, limiter.acquire(1)));
+    assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    assert_eq!(limiter.queued_permits(), 1, "only the head is left in line");
+    drop(head);
     assert_eq!(limiter.queued_permits(), 0);
     assert_eq!(limiter.available(), 0);
 }
