@@ -46,6 +46,18 @@ impl Clock {
         self.origin.checked_add(Duration::from_nanos(at))
     }
 
+    /// A tokio sleep until `at` nanoseconds after the origin; for ever (until dropped)
+    /// for [`NEVER`] and instants past what tokio can represent. Panics in a runtime
+    /// without a timer, as [`require_timer`] does.
+    #[track_caller]
+    pub(crate) fn sleep_until(&self, at: u64) -> tokio::time::Sleep {
+        match self.instant(at) {
+            Some(instant) => tokio::time::sleep_until(instant),
+            // tokio takes a sleep this long to mean "never wake".
+            None => tokio::time::sleep(Duration::MAX),
+        }
+    }
+
     /// The deadline `timeout` from now; `NEVER` for `Duration::MAX` or anything that
     /// would pass it.
     pub(crate) fn deadline(&self, timeout: Duration) -> u64 {

@@ -1,18 +1,20 @@
 //! First in, first out waiting for the window limiters, which have no refill task: each
-//! waiter in turn sleeps until its request fits, then acquires.
+//! waiter in turn sleeps until its request fits, then acquires, recorded as of the
+//! instant it fitted rather than the instant the timer woke it.
 
-use futures::future::select;
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::PoisonError;
 use std::task::Poll;
-use tokio::runtime::Handle;
-use tokio::sync::{Mutex, Notify};
 
-use crate::clock;
-use crate::error::{AcquireError, TryAcquireError};
+use futures::future::select;
+use tokio::runtime::Handle;
+use tokio::sync::{Mutex, MutexGuard, Notify};
+
+use crate::clock::{self, Clock};
+use crate::error::AcquireError;
 
 /// The line of waiters of one window limiter.
 ///
@@ -21,7 +23,8 @@ use crate::error::{AcquireError, TryAcquireError};
 /// the lock, in order.
 #[derive(Debug, Default)]
 pub(crate) struct Turnstile {
-    head: Mutex<()>,
+    /// Holds the instant (on the limiter's clock) the last head left the line.
+    head: Mutex<u64>,
     /// Waiters in line (the head included); `try_acquire` refuses while this is not zero,
     /// so it never jumps the line. A count of waiters, not a sum of their permits: one
     /// waiter adds one whatever it asks for, so the count can neither wrap to zero (two
@@ -55,7 +58,7 @@ impl Turnstile {
         }
     }
 
-    fn line(&self) -> MutexGuard<'_, Line> {
+    fn line(&self) -> std::sync::MutexGuard<'_, Line> {
         // Nothing panics while holding it, so a poisoned line is still consistent.
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -67,14 +70,23 @@ impl Turnstile {
 
     /// Waits in line, then calls `attempt` until it admits `permits`.
     ///
-    /// `attempt` tries to acquire without looking at the line; when refused it returns
-    /// how long until the request fits. Cancel safe: dropping the future leaves the line
-    /// and acquires nothing.
+    /// `attempt(permits, as_of)` tries to acquire without looking at the line, as of the
+    /// instant `as_of` on the limiter's `clock`, or now if that is earlier (see
+    /// [`Head::as_of`]). It returns the instant it recorded the admission at, or, when the
+    /// request does not fit by now, the instant from which it does ([`NEVER`] for never).
+    /// The head then sleeps until that instant, or until a refund, and tries again as of
+    /// it: a wakeup late by tokio's 1 ms timer does not push the schedule back.
+    ///
+    /// Cancel safe: dropping the future leaves the line and acquires nothing.
+    ///
+    /// [`NEVER`]: crate::clock::NEVER
     pub(crate) async fn acquire(
         &self,
+        clock: &Clock,
         permits: u64,
-        mut attempt: impl FnMut(u64) -> Result<(), TryAcquireError>,
+        mut attempt: impl FnMut(u64, u64) -> Result<u64, u64>,
     ) -> Result<(), AcquireError> {
+        let joined_at = clock.now();
         let mut head = pin!(self.head.lock());
         // Join the record and the lock's queue in one step (the lock future queues on its
         // first poll), so that both hold the waiters in the same order.
@@ -86,8 +98,8 @@ impl Turnstile {
             Poll::Ready((in_line, first_poll))
         })
         .await;
-        let _head = match first_poll {
-            Poll::Ready(head) => head,
+        let turn_began = match first_poll {
+            Poll::Ready(turn_began) => turn_began,
             Poll::Pending => {
                 // It must wait: without a timer it could never be woken once at the head,
                 // so say so now, on its first poll.
@@ -95,28 +107,52 @@ impl Turnstile {
                 head.await
             }
         };
+        let mut head = Head {
+            // Not before it asked, nor before the waiter ahead left the head.
+            as_of: joined_at.max(*turn_began),
+            turn_began,
+            clock,
+            admitted_at: None,
+        };
         loop {
             // Listen before looking, so a refund between the two is not missed.
             let refunded = self.refunded.notified();
-            let retry_after = match attempt(permits) {
-                Ok(()) => return Ok(()),
-                Err(TryAcquireError::Limited { retry_after }) => retry_after,
-                Err(TryAcquireError::ExceedsLimit { requested, limit }) => {
-                    return Err(AcquireError::ExceedsLimit { requested, limit })
+            let due = match attempt(permits, head.as_of) {
+                Ok(admitted_at) => {
+                    head.admitted_at = Some(admitted_at);
+                    return Ok(());
                 }
-                Err(TryAcquireError::TooManyKeys { max_keys }) => {
-                    return Err(AcquireError::TooManyKeys { max_keys })
-                }
-                Err(TryAcquireError::Closed) => return Err(AcquireError::Closed),
+                Err(due) => due,
             };
             if Handle::try_current().is_err() {
                 return Err(AcquireError::NoRuntime);
             }
             // Made in this poll: in a runtime without a timer, tokio panics right here
             // (see `clock::require_timer`).
-            let sleep = pin!(tokio::time::sleep(retry_after));
+            let sleep = pin!(clock.sleep_until(due));
             let _ = select(sleep, pin!(refunded)).await;
+            head.as_of = due;
         }
+    }
+}
+
+/// The waiter at the head of the line, holding the lock. The lock keeps the instant the
+/// last head left, admitted or not: that is when the next head's turn began.
+struct Head<'a> {
+    /// The earliest instant it may be admitted at, when that is already past: it was
+    /// due then, and only the timer's granularity (or a busy runtime) kept it from
+    /// trying. Later than now after a refund woke it early; the limiter then uses now.
+    as_of: u64,
+    turn_began: MutexGuard<'a, u64>,
+    clock: &'a Clock,
+    admitted_at: Option<u64>,
+}
+
+impl Drop for Head<'_> {
+    fn drop(&mut self) {
+        // Admitted, the next head's turn begins at the admission's instant, however far
+        // back it was recorded; given up, it begins now.
+        *self.turn_began = self.admitted_at.unwrap_or_else(|| self.clock.now());
     }
 }
 

@@ -86,6 +86,12 @@ async fn try_acquire_never_jumps_the_line() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on() {
+    limiters::behind_a_head_that_gives_up_the_next_is_admitted_from_then_on(log(2, secs(1)), HOLD)
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing() {
     limiters::dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing(log(2, secs(1)), HOLD)
         .await;

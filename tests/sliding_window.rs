@@ -91,6 +91,11 @@ async fn try_acquire_never_jumps_the_line() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on() {
+    limiters::behind_a_head_that_gives_up_the_next_is_admitted_from_then_on(wheel(2), HOLD).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing() {
     limiters::dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing(wheel(2), HOLD).await;
 }

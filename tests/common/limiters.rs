@@ -79,12 +79,16 @@ pub async fn is_idle_when_nothing_counts_and_nobody_waits<L: Limiter>(limiter: L
     limiter.try_acquire(2).unwrap();
     let mut waiter = tokio_test::task::spawn(limiter.acquire(1));
     tokio_test::assert_pending!(waiter.poll());
-    advance(hold * 2).await;
+    advance(hold + hold / 2).await;
     // Nothing counts any more, but somebody is in line.
     assert!(!limiter.is_idle());
+    // Admitted as of `hold`, when it fitted, not when it was polled: its permit counts
+    // until `2 * hold`.
     assert_eq!(waiter.await, Ok(()));
     assert!(!limiter.is_idle());
-    advance(hold).await;
+    advance(hold / 2 - ns(1)).await;
+    assert!(!limiter.is_idle());
+    advance(ns(1)).await;
     assert!(limiter.is_idle());
 }
 
@@ -323,6 +327,29 @@ pub async fn dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing<
     drop(limiter.acquire(1));
     assert_eq!(limiter.queued_permits(), 0);
     assert_eq!(limiter.available(), 1);
+}
+
+/// Needs a limit of 2. A head is admitted as of the instant it fitted, which may be
+/// past; but the waiter behind a head that gives up fits only from then on, however long
+/// ago it joined: it was not at the head before.
+pub async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on<
+    L: Limiter + Waiting + Clone,
+>(
+    limiter: L,
+    hold: Duration,
+) {
+    let start = Instant::now();
+    limiter.try_acquire(1).unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(2));
+    tokio_test::assert_pending!(head.poll());
+    // One permit would have fitted all along, but the head stood first.
+    let behind = join_line(&limiter, 1).await;
+    advance(ms(500)).await;
+    drop(head);
+    assert_admitted_at(behind, start, ms(500)).await;
+    // Counted from 500 ms, not from when it joined: both permits are free again only
+    // when it stops counting.
+    assert_eq!(retry_after(limiter.try_acquire(2)), hold);
 }
 
 /// Four std threads call `try_acquire` for 300 ms of real time; the admissions, timed
