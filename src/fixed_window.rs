@@ -501,10 +501,12 @@ impl Limiter for FixedWindow {
     }
 
     /// Gives `permits` back to the current window, for work that did not happen, and
-    /// lets the head of the line try again at once. A window that has ended is not
-    /// reopened: permits taken in it are not given back, and the current window's count
-    /// never goes below zero, so the limiter never admits more than `limit` per window
-    /// because of a refund.
+    /// lets the head of the line try again at once. It takes them off the current
+    /// window's count, whoever acquired them. A window that has ended is not reopened:
+    /// permits counted in it are not given back (a waiter woken late by the timer was
+    /// counted in the window it was due in, which may have ended), and the current
+    /// window's count never goes below zero, so the limiter never admits more than
+    /// `limit` per window because of a refund.
     ///
     /// ```
     /// use std::time::Duration;

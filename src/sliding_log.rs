@@ -37,7 +37,8 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),
 /// [`acquire`](crate::Limiter::acquire) (first in, first out),
 /// [`is_limited`](crate::Limiter::is_limited), [`refund`](crate::Limiter::refund) (which
-/// forgets the newest permits admitted, so call it soon after the acquire it undoes),
+/// forgets the newest permits admitted, whoever acquired them, so call it soon after the
+/// acquire it undoes),
 /// [`available`](crate::Limiter::available), [`is_idle`](crate::Limiter::is_idle) and
 /// [`fresh`](crate::Limiter::fresh).
 ///
