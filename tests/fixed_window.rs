@@ -515,3 +515,12 @@ async fn queued_permits_sums_the_line_and_debug_names_it_so() {
     assert_eq!(limiter.queued_permits(), 0);
     assert_eq!(limiter.available(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(
+        FixedWindow::new(2, secs(1)).unwrap(),
+        secs(1),
+    )
+    .await;
+}

@@ -336,3 +336,8 @@ async fn the_ring_is_allocated_lazily_and_never_holds_more_than_the_limit() {
     let ((), more) = allocated_by(|| limiter.try_acquire(SlidingLog::MAX_LIMIT).unwrap());
     assert_eq!(more, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(log(2, secs(1)), HOLD).await;
+}

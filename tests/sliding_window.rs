@@ -478,3 +478,8 @@ async fn never_more_permissive_than_the_exact_log_and_at_most_one_slot_stricter(
     assert!(admissions.len() > 100 && refusals > 100);
     check_never_over(&admissions, limit, Duration::from_nanos(window)).unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(wheel(2), HOLD).await;
+}

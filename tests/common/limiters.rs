@@ -186,6 +186,25 @@ pub fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll<L: Limiter
     assert_eq!(limiter.available(), 0);
 }
 
+/// Needs a limit of 2. While the head of the line is due but not yet woken, a request
+/// that would fit behind it is refused with a `retry_after` of zero.
+pub async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken<L: Limiter>(
+    limiter: L,
+    hold: Duration,
+) {
+    limiter.try_acquire(2).unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(1));
+    tokio_test::assert_pending!(head.poll());
+    assert_eq!(retry_after(limiter.try_acquire(1)), hold);
+    advance(hold).await;
+    // The head and this request both fit now, but the head has not been polled yet.
+    assert_eq!(retry_after(limiter.try_acquire(1)), Duration::ZERO);
+    assert_eq!(head.await, Ok(()));
+    assert_eq!(limiter.try_acquire(1), Ok(()));
+    // With nobody in line, a refusal always has something to wait for.
+    assert!(retry_after(limiter.try_acquire(1)) > Duration::ZERO);
+}
+
 /// Needs a limit of 1.
 pub async fn a_refund_lets_the_waiting_head_in_at_once<L: Limiter + Waiting + Clone>(
     limiter: L,
