@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use crate::builder::Builder;
-use crate::clock::{Clock, NEVER};
+use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::future::{Take, TakeTimeout, Wait, WaitTimeout};
 use crate::queue::{Delivery, Kind, Outcome, Request, WaiterId};
@@ -144,9 +144,16 @@ impl Drop for Shared {
 /// also needs a runtime where it is polled. When neither is there, the request fails
 /// with [`TakeError::NoRuntime`] rather than panicking.
 ///
+/// A request that must wait and is polled inside a runtime built without time (no
+/// `enable_time` on its builder) **panics on that first poll**, with tokio's message
+/// naming `enable_time`: tokio offers no way to ask a runtime whether it has a timer
+/// short of making one, and without one the request could only hang. Requests served at
+/// once need no timer.
+///
 /// If the runtime holding the task shuts down, the waiters still queued (from other
-/// runtimes) keep their places and start a new task from their own runtime. A runtime
-/// that stays alive but is no longer driven (a current-thread runtime outside
+/// runtimes) keep their places and start a new task from their own runtime (a waiter
+/// polled then in a runtime without time panics on that poll, for the same reason). A
+/// runtime that stays alive but is no longer driven (a current-thread runtime outside
 /// `block_on`) stalls its task until it is driven or dropped.
 #[derive(Clone)]
 pub struct TokenBucket {
@@ -155,6 +162,14 @@ pub struct TokenBucket {
 
 /// What [`TokenBucket::begin`] did with a request on its first poll.
 pub(crate) type Queued = (WaiterId, oneshot::Receiver<Outcome>);
+
+/// A decision of [`TokenBucket::begin`], made under the bucket's lock.
+enum Begun {
+    Granted,
+    Queued(Queued),
+    /// It must wait in a runtime whose timer is not checked yet: check, then decide again.
+    MustCheckTimer,
+}
 
 impl TokenBucket {
     /// A bucket that gains tokens at `rate`, holds at most `capacity`, and starts full.
@@ -258,6 +273,14 @@ impl TokenBucket {
     /// [queue limit](Builder::queue_limit); [`TakeError::Closed`] when the bucket is or
     /// gets closed; [`TakeError::NoRuntime`] when it must wait outside a tokio runtime.
     ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time
+    /// (no `enable_time` on the runtime's builder), with tokio's message "A Tokio 1.x
+    /// context was found, but timers are disabled. Call \`enable_time\` on the runtime
+    /// builder to enable timers.": nothing could ever wake it, so it says so rather than
+    /// hang. Requests served at once need no timer. See [Runtime](TokenBucket#runtime).
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe. Dropping the future gives up its place in the queue without blocking
@@ -293,6 +316,11 @@ impl TokenBucket {
     ///
     /// Those of `take`, and [`TakeError::Timeout`].
     ///
+    /// # Panics
+    ///
+    /// As [`take`](TokenBucket::take): on its first poll, when it must wait in a
+    /// tokio runtime without time enabled.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe, as `take`. A timed-out request leaves the queue at its deadline: it
@@ -325,6 +353,11 @@ impl TokenBucket {
     ///
     /// As [`take`](TokenBucket::take).
     ///
+    /// # Panics
+    ///
+    /// As [`take`](TokenBucket::take): on its first poll, when it must wait in a
+    /// tokio runtime without time enabled.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe. Dropping the future gives up its place without blocking anybody.
@@ -353,6 +386,11 @@ impl TokenBucket {
     /// # Errors
     ///
     /// Those of `wait`, and [`TakeError::Timeout`].
+    ///
+    /// # Panics
+    ///
+    /// As [`take`](TokenBucket::take): on its first poll, when it must wait in a
+    /// tokio runtime without time enabled.
     ///
     /// # Cancel safety
     ///
@@ -650,27 +688,55 @@ impl TokenBucket {
     }
 
     /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(..))` when queued.
+    ///
+    /// # Panics
+    ///
+    /// When the request must wait inside a tokio runtime without a timer (see
+    /// [`clock::require_timer`]).
     pub(crate) fn begin(&self, request: Request) -> Result<Option<Queued>, TakeError> {
-        self.update(|state, now| {
-            if state.admit(request, now)? == Admission::Granted {
-                return Ok(None);
+        let mut timer_checked = false;
+        loop {
+            let begun = self.update(|state, now| {
+                if state.admit(request, now)? == Admission::Granted {
+                    return Ok(Begun::Granted);
+                }
+                let in_runtime = Handle::try_current().is_ok();
+                // A deadline needs the runtime's timer, even when a refill task already
+                // runs (started from another runtime).
+                if request.deadline != NEVER && !in_runtime {
+                    return Err(TakeError::NoRuntime);
+                }
+                if in_runtime && !timer_checked {
+                    return Ok(Begun::MustCheckTimer);
+                }
+                refill::ensure_running(&self.shared, state)?;
+                Ok(Begun::Queued(state.enqueue(request)))
+            })?;
+            match begun {
+                Begun::Granted => return Ok(None),
+                Begun::Queued(queued) => return Ok(Some(queued)),
+                Begun::MustCheckTimer => {
+                    // Outside the lock: a panic under it would drop the outcomes due to
+                    // other waiters. Then decide again, as the bucket may have moved on.
+                    clock::require_timer();
+                    timer_checked = true;
+                }
             }
-            // A deadline needs the runtime's timer, even when a refill task already runs
-            // (started from another runtime).
-            if request.deadline != NEVER && Handle::try_current().is_err() {
-                return Err(TakeError::NoRuntime);
-            }
-            refill::ensure_running(&self.shared, state)?;
-            Ok(Some(state.enqueue(request)))
-        })
+        }
     }
 
     /// Called by a queued waiter that is still pending: if the refill task died with its
     /// runtime, start a new one here, so a waiter carried into another runtime is served.
+    ///
+    /// # Panics
+    ///
+    /// When the task must be started here and this runtime has no timer: it would panic
+    /// on its first sleep, be started again by this waiter, and so on for ever.
     pub(crate) fn keep_serving(&self) {
         if self.shared.refill_running.load(Ordering::Acquire) {
             return;
         }
+        clock::require_timer();
         let mut state = self.shared.lock();
         // Outside any runtime there is nobody to start it; the next poll inside one will.
         let _ = refill::ensure_running(&self.shared, &mut state);

@@ -2,6 +2,7 @@
 //! tokio's clock so that paused time (`tokio::time::pause`) drives the bucket.
 
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 /// A nanosecond count that is never reached: "no deadline", "no token ever".
@@ -45,6 +46,18 @@ impl Clock {
         self.origin.checked_add(Duration::from_nanos(at))
     }
 
+    /// A tokio sleep until `at` nanoseconds after the origin; for ever (until dropped)
+    /// for [`NEVER`] and instants past what tokio can represent. Panics in a runtime
+    /// without a timer, as [`require_timer`] does.
+    #[track_caller]
+    pub(crate) fn sleep_until(&self, at: u64) -> tokio::time::Sleep {
+        match self.instant(at) {
+            Some(instant) => tokio::time::sleep_until(instant),
+            // tokio takes a sleep this long to mean "never wake".
+            None => tokio::time::sleep(Duration::MAX),
+        }
+    }
+
     /// The deadline `timeout` from now; `NEVER` for `Duration::MAX` or anything that
     /// would pass it.
     pub(crate) fn deadline(&self, timeout: Duration) -> u64 {
@@ -55,6 +68,41 @@ impl Clock {
 /// A duration in whole nanoseconds, saturating at [`NEVER`].
 pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
+}
+
+/// `nanos` as a `Duration`, or `Duration::MAX` past what one holds: never shorter than
+/// true, so a `retry_after` made from it is never too short.
+pub(crate) fn duration_from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SECOND: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SECOND) {
+        // The remainder is below 10^9, so it fits in a u32.
+        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
+/// The panic message of a waiter polled in a tokio runtime without a timer: tokio's own,
+/// which names the fix. Documented under `# Panics` on every method whose future waits.
+#[cfg(test)]
+pub(crate) const NO_TIMER_PANIC: &str =
+    "A Tokio 1.x context was found, but timers are disabled. Call `enable_time` on the runtime builder to enable timers.";
+
+/// Panics if called inside a tokio runtime built without its timer (no `enable_time`);
+/// does nothing in a runtime with one, or outside any runtime (where waiting is refused
+/// with a `NoRuntime` error instead).
+///
+/// Every waiter calls it on its first poll, once it knows it must wait and before it
+/// queues, so a missing timer is reported there, in the waiter's own task. Otherwise a
+/// bucket's refill task would panic on its first sleep, be restarted by its waiter and
+/// panic again, for ever, and a window limiter's waiter would panic only once it reached
+/// the head of its line.
+#[track_caller]
+pub(crate) fn require_timer() {
+    if Handle::try_current().is_ok() {
+        // tokio offers no way to ask whether a runtime has a timer: making one asks, and
+        // tokio answers "no" with a panic that says to call `enable_time`.
+        drop(tokio::time::sleep(Duration::ZERO));
+    }
 }
 
 /// The time loom tests run at: a loom atomic, so that loom explores where a change of
@@ -97,5 +145,53 @@ pub(crate) mod model_time {
         installed
             .as_ref()
             .expect("loom tests run their model through loom_tests::model")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_past_what_a_duration_holds_saturate_upwards() {
+        assert_eq!(
+            duration_from_nanos(1_500_000_001),
+            Duration::new(1, 500_000_001)
+        );
+        assert_eq!(
+            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 999_999_999),
+            Duration::MAX
+        );
+        assert_eq!(
+            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 1_000_000_000),
+            Duration::MAX
+        );
+        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
+        assert_eq!(duration_from_nanos(0), Duration::ZERO);
+    }
+
+    /// The text a panic was raised with.
+    pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+        panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(not text)")
+    }
+
+    #[test]
+    fn require_timer_panics_only_in_a_runtime_without_a_timer() {
+        require_timer(); // no runtime: nothing to check
+        let timed = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        timed.block_on(async { require_timer() });
+        let untimed = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let panic = std::panic::catch_unwind(|| untimed.block_on(async { require_timer() }))
+            .expect_err("a runtime without a timer");
+        assert_eq!(panic_message(&*panic), NO_TIMER_PANIC);
     }
 }

@@ -314,6 +314,12 @@ pub enum TryAcquireError {
     /// Not allowed now, or others wait first. The same request could succeed after
     /// `retry_after` if nobody else acquires first; it is never shorter than the true
     /// wait, so it can be sent as an HTTP `Retry-After`.
+    ///
+    /// `retry_after` is zero when others wait in line and all of them, then this
+    /// request, could be admitted now: the line has not been served yet (its head is due
+    /// but not yet woken; tokio's timer ticks every millisecond). `try_acquire` still
+    /// refuses, as it never jumps the line; once the line has moved (after a yield, say)
+    /// the same request may succeed. It is never zero when nobody waits.
     Limited {
         /// How long until the same request could succeed.
         retry_after: Duration,

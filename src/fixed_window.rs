@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{nanos, Clock};
+use crate::clock::{duration_from_nanos, nanos, Clock, NEVER};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::turnstile::Turnstile;
@@ -96,6 +96,13 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// while anyone waits it refuses, with a `retry_after` that places every waiter ahead in
 /// the first window where it fits whole, as the line will.
 ///
+/// A waiter is counted in the window it was due in, even when tokio's timer, which
+/// ticks every millisecond, wakes it in a later one: a late wakeup does not push back
+/// the waiters behind it, and the limiter keeps its rate at any window length. With
+/// windows shorter than a millisecond, waiters go on in bursts at each tick, up to
+/// `limit` for each window since the last one, each window still counting at most
+/// `limit`.
+///
 /// # After a long idle time
 ///
 /// The count takes just enough bits for the limit (`b` bits, the bit length of `limit`,
@@ -115,8 +122,10 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// # Runtime
 ///
 /// Everything but a waiting `acquire` works from any thread, with or without a runtime.
-/// An `acquire` that must wait needs a tokio runtime with time enabled; without one it
-/// fails with [`AcquireError::NoRuntime`].
+/// An `acquire` that must wait needs a tokio runtime with time enabled: outside any
+/// runtime it fails with [`AcquireError::NoRuntime`], and in a runtime built without
+/// time it panics on its first poll, naming `enable_time` (see
+/// [`Limiter::acquire`](Limiter::acquire)).
 #[derive(Clone)]
 pub struct FixedWindow {
     shared: Arc<Shared>,
@@ -230,6 +239,32 @@ impl FixedWindow {
     pub fn window(&self) -> Duration {
         self.shared.window
     }
+
+    /// Permits asked for by the [`acquire`](Limiter::acquire) calls waiting in line now
+    /// (`u64::MAX` if they add up to more).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(4, Duration::from_secs(1))?;
+    /// limiter.try_acquire(4)?;
+    /// let waiter = tokio::spawn({
+    ///     let limiter = limiter.clone();
+    ///     async move { limiter.acquire(3).await }
+    /// });
+    /// tokio::task::yield_now().await;
+    /// assert_eq!(limiter.queued_permits(), 3);
+    /// waiter.await??; // admitted in the next window
+    /// assert_eq!(limiter.queued_permits(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queued_permits(&self) -> u64 {
+        self.shared.turnstile.queued_permits()
+    }
 }
 
 impl Shared {
@@ -257,12 +292,48 @@ impl Shared {
         }
     }
 
-    /// Acquires `permits` now if they fit in the current window, ignoring the line: what
-    /// the head of the line tries.
-    fn attempt(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.admit(permits)
-            .map(drop)
-            .map_err(|retry_after| TryAcquireError::Limited { retry_after })
+    /// What the head of the line tries: counts `permits` into the first window where
+    /// they fit, from the one holding `as_of` (or now, if earlier) on, if that window has
+    /// begun, and returns the instant admitted at: `as_of`, or the window's start if
+    /// later. Else returns the window's start, as when to try again.
+    ///
+    /// Counting into the window the head was due in, not the one the timer woke it in,
+    /// keeps a late wakeup (tokio's timer has 1 ms granularity) from pushing back every
+    /// admission after it: a limiter with windows shorter than the timer's tick still
+    /// admits `limit` per window, in bursts at each tick. A window already started by a
+    /// later caller is counted into, as `admit` does, so a head never winds the word back.
+    fn admit_head(&self, permits: u64, as_of: u64) -> Result<u64, u64> {
+        let now = self.clock.now();
+        let from = as_of.min(now);
+        let from_window = from / self.window_nanos;
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            let current = self.layout.read(word, from_window);
+            let fits = current.count + permits <= self.limit;
+            let (window, count) = if fits {
+                (current.window(), current.count + permits)
+            } else {
+                (current.window().wrapping_add(1), permits)
+            };
+            // Its number in full, and its start with the exact window length.
+            let number = u128::from(from_window) + u128::from(current.ahead) + u128::from(!fits);
+            let start = number.saturating_mul(self.window.as_nanos());
+            if !fits && start > u128::from(now) {
+                return Err(u64::try_from(start).unwrap_or(NEVER));
+            }
+            let next = self.layout.pack(window, count);
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // A window that began after `from` is entered at its start; one that a
+                // caller with a later clock reading began, at the latest now.
+                Ok(_) => {
+                    return Ok(u64::try_from(start).map_or(now, |start| start.clamp(from, now)))
+                }
+                Err(actual) => word = actual,
+            }
+        }
     }
 
     /// The clock now and the current window as the state word shows it.
@@ -345,12 +416,15 @@ impl Limiter for FixedWindow {
                 limit: shared.limit,
             });
         }
-        if shared.turnstile.queued() > 0 {
+        if shared.turnstile.is_waiting() {
             let (now, current) = shared.current();
             let retry_after = shared.retry_after(now, current, permits, true);
             return Err(TryAcquireError::Limited { retry_after });
         }
-        shared.attempt(permits)
+        shared
+            .admit(permits)
+            .map(drop)
+            .map_err(|retry_after| TryAcquireError::Limited { retry_after })
     }
 
     /// Acquires `permits`, waiting first in, first out behind the other waiters until a
@@ -360,6 +434,11 @@ impl Limiter for FixedWindow {
     ///
     /// [`AcquireError::ExceedsLimit`] at once when `permits` is above the limit;
     /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time, as
+    /// [`Limiter::acquire`](Limiter::acquire) says.
     ///
     /// # Cancel safety
     ///
@@ -396,9 +475,10 @@ impl Limiter for FixedWindow {
                 limit: shared.limit,
             });
         }
+        let attempt = |permits, as_of| shared.admit_head(permits, as_of);
         shared
             .turnstile
-            .acquire(permits, |permits| shared.attempt(permits))
+            .acquire(&shared.clock, permits, attempt)
             .await
     }
 
@@ -417,14 +497,16 @@ impl Limiter for FixedWindow {
     /// ```
     fn is_limited(&self) -> bool {
         let shared = &self.shared;
-        shared.turnstile.queued() > 0 || shared.current().1.count >= shared.limit
+        shared.turnstile.is_waiting() || shared.current().1.count >= shared.limit
     }
 
     /// Gives `permits` back to the current window, for work that did not happen, and
-    /// lets the head of the line try again at once. A window that has ended is not
-    /// reopened: permits taken in it are not given back, and the current window's count
-    /// never goes below zero, so the limiter never admits more than `limit` per window
-    /// because of a refund.
+    /// lets the head of the line try again at once. It takes them off the current
+    /// window's count, whoever acquired them. A window that has ended is not reopened:
+    /// permits counted in it are not given back (a waiter woken late by the timer was
+    /// counted in the window it was due in, which may have ended), and the current
+    /// window's count never goes below zero, so the limiter never admits more than
+    /// `limit` per window because of a refund.
     ///
     /// ```
     /// use std::time::Duration;
@@ -501,7 +583,7 @@ impl Limiter for FixedWindow {
     /// ```
     fn is_idle(&self) -> bool {
         let shared = &self.shared;
-        shared.turnstile.queued() == 0 && shared.current().1.count == 0
+        !shared.turnstile.is_waiting() && shared.current().1.count == 0
     }
 
     /// A new limiter with the same limit and window and the same window boundaries
@@ -538,7 +620,7 @@ impl fmt::Debug for FixedWindow {
             .field("limit", &self.shared.limit)
             .field("window", &self.shared.window)
             .field("available", &self.available())
-            .field("queued", &self.shared.turnstile.queued())
+            .field("queued_permits", &self.queued_permits())
             .finish()
     }
 }
@@ -629,16 +711,6 @@ impl Packing {
     }
 }
 
-/// `nanos` as a `Duration`, saturating at `Duration::MAX`.
-fn duration_from_nanos(nanos: u128) -> Duration {
-    const NANOS_PER_SECOND: u128 = 1_000_000_000;
-    match u64::try_from(nanos / NANOS_PER_SECOND) {
-        // The remainder is below 10^9, so it fits in a u32.
-        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
-        Err(_) => Duration::MAX,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -703,6 +775,50 @@ mod tests {
         assert!(retry_after > Duration::from_secs(5 * 3_600));
         assert!(retry_after <= Duration::from_secs(6 * 3_600));
         assert_eq!(shared.state.load(Ordering::Acquire), layout.pack(5, 3));
+    }
+
+    /// Two permits per 100 µs window: the head is due at each window's start, ten times
+    /// between two of the timer's 1 ms ticks. Each admission is counted into the window
+    /// it was due in, so the waiters are served two per window, at 100, 200, 300, ... µs
+    /// exactly, in bursts at each tick; counted into the window of the tick that woke
+    /// them, it would be two per millisecond.
+    #[tokio::test(start_paused = true)]
+    async fn waiters_woken_late_by_the_timer_are_counted_in_the_window_they_were_due_in() {
+        const WAITERS: u64 = 40;
+        let limiter = FixedWindow::new(2, Duration::from_micros(100)).unwrap();
+        let start = tokio::time::Instant::now();
+        limiter.try_acquire(2).unwrap();
+        let tasks: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    limiter.acquire(1).await.unwrap();
+                    // Nothing else runs before this: the word holds this admission.
+                    let word = limiter.shared.state.load(Ordering::Acquire);
+                    let layout = limiter.shared.layout;
+                    let count = word & !(u64::MAX << layout.count_bits);
+                    (start.elapsed(), word >> layout.count_bits, count)
+                })
+            })
+            .collect();
+        let mut per_window = HashMap::<u64, u64>::new();
+        for (index, task) in (0..WAITERS).zip(tasks) {
+            let (went_on, window, count) = task.await.unwrap();
+            let due_window = index / 2 + 1;
+            assert_eq!(
+                (window, count),
+                (due_window, index % 2 + 1),
+                "waiter {index}"
+            );
+            let due = Duration::from_micros(100 * due_window);
+            assert!(
+                went_on >= due && went_on <= due + Duration::from_millis(1),
+                "waiter {index} due at {due:?} went on at {went_on:?}"
+            );
+            *per_window.entry(window).or_default() += 1;
+        }
+        assert!(per_window.values().all(|&admitted| admitted <= 2));
+        assert_eq!(per_window.len() as u64, WAITERS / 2);
     }
 
     /// Real threads race over many window edges on the real clock. `admit` (what

@@ -237,6 +237,11 @@ macro_rules! request_future {
 /// It takes its place in the queue on the first poll. After completing it implements
 /// [`FusedFuture`]: further polls return `Pending`.
 ///
+/// # Panics
+///
+/// On its first poll, when it must wait inside a tokio runtime built without time, as
+/// [`TokenBucket::take`](crate::TokenBucket::take) says.
+///
 /// # Cancel safety
 ///
 /// Cancel safe: dropping it at any point takes no tokens and never blocks the queue.
@@ -271,6 +276,11 @@ request_future!(Take, Acquire);
 /// It owns a handle to the bucket, so it is `Send + 'static`. It takes its place in the
 /// queue on the first poll, and is a [`FusedFuture`].
 ///
+/// # Panics
+///
+/// On its first poll, when it must wait inside a tokio runtime built without time, as
+/// [`TokenBucket::wait`](crate::TokenBucket::wait) says.
+///
 /// # Cancel safety
 ///
 /// Cancel safe: dropping it at any point never blocks the queue.
@@ -298,6 +308,11 @@ request_future!(Wait, Acquire);
 ///
 /// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
 /// `Unpin` (pin it with `std::pin::pin!` or `Box::pin` to poll it by hand).
+///
+/// # Panics
+///
+/// On its first poll, when it must wait inside a tokio runtime built without time, as
+/// [`TokenBucket::take_timeout`](crate::TokenBucket::take_timeout) says.
 ///
 /// # Cancel safety
 ///
@@ -330,6 +345,11 @@ request_future!(TakeTimeout, Timed);
 ///
 /// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
 /// `Unpin`.
+///
+/// # Panics
+///
+/// On its first poll, when it must wait inside a tokio runtime built without time, as
+/// [`TokenBucket::wait_timeout`](crate::TokenBucket::wait_timeout) says.
 ///
 /// # Cancel safety
 ///

@@ -367,6 +367,11 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// [`AcquireError::ExceedsLimit`], [`AcquireError::NoRuntime`], and a bucket's
     /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
     ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time, as
+    /// [`Limiter::acquire`](Limiter::acquire) says.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future gives up its place in the key's line and acquires
@@ -413,7 +418,11 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     ///
     /// The key is not forgotten while the returned `Arc` lives. Keep the `Arc`, not a
     /// clone of the limiter inside it: a `TokenBucket` cloned out of it stays tied to the
-    /// key's bucket but does not keep the key.
+    /// key's bucket but does not keep the key. Settings changed through it (a bucket's
+    /// [`set_rate`](crate::TokenBucket::set_rate) or
+    /// [`set_capacity`](crate::TokenBucket::set_capacity)) last only while the key is
+    /// held: once its limiter is idle it may be forgotten, and the key comes back with a
+    /// fresh copy of the template.
     ///
     /// # Examples
     ///

@@ -52,7 +52,10 @@
 //! edge), [`SlidingLog`] (exact: at most `limit` in any interval of `window`) and
 //! [`SlidingWindow`] (a time wheel: the log's promise in memory bounded by its slots). All
 //! four implement [`Limiter`], so code can take any of them, and [`Keyed`] keeps one per
-//! key (user, IP, API key), forgetting keys whose limiter is idle again.
+//! key (user, IP, API key), forgetting keys whose limiter is idle again. Like the bucket,
+//! the window limiters follow the schedule, not the timer: a waiter woken late is
+//! admitted as of the instant its request fitted, so windows shorter than the timer's
+//! 1 ms tick still admit their limit per window.
 //!
 //! # Errors, not panics
 //!

@@ -61,6 +61,15 @@ pub trait Limiter: Send + Sync + 'static {
     /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime; a bucket's
     /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
     ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait (the limiter refuses it now, or others wait
+    /// first) inside a tokio runtime built without time (no `enable_time` on the
+    /// runtime's builder), with tokio's message "A Tokio 1.x context was found, but
+    /// timers are disabled. Call \`enable_time\` on the runtime builder to enable
+    /// timers.": nothing could ever wake it, so it says so at once rather than hang.
+    /// Requests admitted at once need no timer.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future gives up its place in line and acquires nothing.
@@ -71,6 +80,42 @@ pub trait Limiter: Send + Sync + 'static {
 
     /// Gives `permits` back for work that did not happen. The limiter never admits more
     /// than its limit because of a refund.
+    ///
+    /// A refund does not know whose permits it gives back. A [`TokenBucket`] adds
+    /// `permits` tokens, up to its capacity. The window limiters free the capacity of the
+    /// newest permits that still count, whoever acquired them:
+    /// [`FixedWindow`](crate::FixedWindow) takes `permits` off the current window's count
+    /// (permits counted in a window that has ended, such as a waiter's counted in the
+    /// window it was due in, are not given back);
+    /// [`SlidingLog`](crate::SlidingLog) forgets the `permits` newest grants, and
+    /// [`SlidingWindow`](crate::SlidingWindow) takes them off its newest slots (permits
+    /// that stopped counting are not given back). So refund soon after the `acquire` it
+    /// undoes: if others acquired since, a sliding limiter forgets their newer permits
+    /// instead, and keeps counting the refunded ones until they leave.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Limiter, SlidingLog, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = SlidingLog::new(2, Duration::from_secs(1))?;
+    /// limiter.try_acquire(1)?; // ours, at 0 ms
+    /// tokio::time::advance(Duration::from_millis(400)).await;
+    /// limiter.try_acquire(1)?; // someone else's, at 400 ms
+    /// limiter.refund(1); // ours did not happen; the newest permit, theirs, is forgotten
+    /// assert_eq!(limiter.available(), 1);
+    /// limiter.try_acquire(1)?;
+    /// // Ours still counts, until 1 s.
+    /// assert_eq!(
+    ///     limiter.try_acquire(1),
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(600) })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
     fn refund(&self, permits: u64);
 
     /// How many permits `try_acquire` could take now if nobody waited.
@@ -82,7 +127,8 @@ pub trait Limiter: Send + Sync + 'static {
     fn is_idle(&self) -> bool;
 
     /// A new limiter with the same settings, in the idle state (a full bucket, empty
-    /// windows).
+    /// windows). A window limiter's copy keeps the template's window (or slot)
+    /// boundaries, so every copy of one template behaves the same once idle.
     fn fresh(&self) -> Self
     where
         Self: Sized;

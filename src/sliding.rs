@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{duration_from_nanos, Clock, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
 use crate::turnstile::Turnstile;
 
@@ -23,6 +23,12 @@ use crate::turnstile::Turnstile;
 /// Every instant is in nanoseconds on the limiter's [`Clock`]. Those that may lie past
 /// what a `u64` holds (when a grant stops counting, for windows up to `Duration::MAX`,
 /// laps ahead) are `u128`, saturating: never earlier than true.
+///
+/// Grants are recorded at instants that never go backwards, from the
+/// [`floor`](Tally::floor) on, but possibly before now: the head of the line is recorded
+/// as of the instant its request fitted, when the timer woke it later. So the questions
+/// (`fits`, `counted`) take any instant from the floor on, and change nothing: a tally
+/// moves on only when it records or forgets.
 pub(crate) trait Tally: Send + 'static {
     /// The settings this kind of limiter has beyond its limit and window.
     type Extra: Copy + Send + Sync + 'static;
@@ -33,20 +39,25 @@ pub(crate) trait Tally: Send + 'static {
     /// Adds the extra settings to a `Debug` output.
     fn describe(_extra: &Self::Extra, _output: &mut fmt::DebugStruct<'_, '_>) {}
 
-    /// Brings the tally to `now` (the wheel turns). Called before anything else, with
-    /// instants that never go backwards (they are read under the lock).
-    fn advance(&mut self, _now: u64) {}
+    /// The earliest instant a grant may be recorded at: the latest instant anything was
+    /// recorded at (or, for the wheel, the start of the slot it turned to), and never
+    /// lower after a refund. Before it, the tally no longer knows every grant that
+    /// counted (the log kept only the last `limit`, the wheel cleared the slots it
+    /// passed), and the log's instants must stay in order.
+    fn floor(&self) -> u64;
 
-    /// Whether `permits` (from 1 to the limit) more grants fit at `now`.
-    fn fits(&self, permits: u64, now: u64) -> bool;
+    /// Whether `permits` (from 1 to the limit) more grants fit at `at`, from the floor on.
+    fn fits(&self, permits: u64, at: u64) -> bool;
 
-    /// How many grants count at `now`.
-    fn counted(&self, now: u64) -> u64;
+    /// How many grants count at `at`, from the floor on.
+    fn counted(&self, at: u64) -> u64;
 
-    /// Counts `permits` grants at `now`; [`fits`](Tally::fits) said they fit.
-    fn record(&mut self, permits: u64, now: u64);
+    /// Counts `permits` grants at `at`, from the floor on; [`fits`](Tally::fits) said
+    /// they fit.
+    fn record(&mut self, permits: u64, at: u64);
 
-    /// Forgets the newest `permits` grants, or all of them if fewer count.
+    /// Forgets the newest `permits` grants, or all of them if fewer count at `now`
+    /// (from the floor on).
     fn forget_newest(&mut self, permits: u64, now: u64);
 
     /// When the `rank`-th oldest (0 = the oldest) of the last `limit` grants stops
@@ -93,10 +104,15 @@ impl<T: Tally> Sliding<T> {
     /// A limiter with empty windows, its clock starting now. The caller has checked the
     /// settings.
     pub(crate) fn new(settings: Settings<T::Extra>) -> Sliding<T> {
+        Sliding::with_clock(settings, Clock::start())
+    }
+
+    /// A limiter with empty windows on `clock`.
+    fn with_clock(settings: Settings<T::Extra>, clock: Clock) -> Sliding<T> {
         Sliding {
             shared: Arc::new(Shared {
                 settings,
-                clock: Clock::start(),
+                clock,
                 tally: Mutex::new(T::new(&settings)),
                 turnstile: Turnstile::default(),
             }),
@@ -107,22 +123,23 @@ impl<T: Tally> Sliding<T> {
         &self.shared.settings
     }
 
-    /// Permits asked for by the waiters in line.
+    /// Permits asked for by the waiters in line, `u64::MAX` if more.
     pub(crate) fn queued_permits(&self) -> u64 {
-        self.shared.turnstile.queued()
+        self.shared.turnstile.queued_permits()
     }
 
-    /// The tally brought to now, and now. Now is read under the lock so that the
-    /// instants the tally sees never go backwards, whatever the threads do. Nothing
-    /// panics while holding the lock, so a poisoned one still holds a consistent tally.
+    /// The tally, and now. Now is read under the lock so that the instants the tally
+    /// sees never go backwards, whatever the threads do, and is never below the floor:
+    /// a thread outside the runtime reads the real clock, which may lag a paused one.
+    /// Nothing panics while holding the lock, so a poisoned one still holds a consistent
+    /// tally.
     fn lock(&self) -> (MutexGuard<'_, T>, u64) {
-        let mut tally = self
+        let tally = self
             .shared
             .tally
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let now = self.shared.clock.now();
-        tally.advance(now);
+        let now = self.shared.clock.now().max(tally.floor());
         (tally, now)
     }
 
@@ -141,14 +158,11 @@ impl<T: Tally> Sliding<T> {
         }
     }
 
-    /// Admits `permits` if they fit now and, for a caller outside the line, nobody
-    /// waits in it; else says how long until they could be, after those in line.
-    fn admit(&self, permits: u64, caller: Caller) -> Result<(), TryAcquireError> {
+    /// Admits `permits` if they fit now and nobody waits in line; else says how long
+    /// until they could be, after those in line: what `try_acquire` does.
+    fn admit(&self, permits: u64) -> Result<(), TryAcquireError> {
         let (mut tally, now) = self.lock();
-        let line_ahead = match caller {
-            Caller::OutsideTheLine => self.shared.turnstile.queued() > 0,
-            Caller::HeadOfTheLine => false,
-        };
+        let line_ahead = self.shared.turnstile.is_waiting();
         if !line_ahead && tally.fits(permits, now) {
             tally.record(permits, now);
             return Ok(());
@@ -160,9 +174,36 @@ impl<T: Tally> Sliding<T> {
                 .for_each_in_line(|waiting| requests.push(waiting));
         }
         requests.push(permits);
+        let ready_at = ready_at(&*tally, self.shared.settings.limit, &requests, now);
         Err(TryAcquireError::Limited {
-            retry_after: retry_after(&*tally, self.shared.settings.limit, &requests, now),
+            retry_after: duration_from_nanos(ready_at - u128::from(now)),
         })
+    }
+
+    /// What the head of the line tries: admits `permits` at the first instant they fit
+    /// from `as_of` (or now, if earlier; never before the floor), if that instant is not
+    /// in the future, and returns it; else returns it as when to try again.
+    ///
+    /// Recording the admission when it fitted, not when the timer woke the head, keeps a
+    /// late wakeup (tokio's timer has 1 ms granularity) from pushing back every admission
+    /// after it: a limiter with a window shorter than the timer's tick still admits
+    /// `limit` per window, in bursts at each tick.
+    fn admit_head(&self, permits: u64, as_of: u64) -> Result<u64, u64> {
+        let (mut tally, now) = self.lock();
+        let from = as_of.min(now).max(tally.floor());
+        let ready_at = ready_at(&*tally, self.shared.settings.limit, &[permits], from);
+        match u64::try_from(ready_at) {
+            Ok(at) if at <= now => {
+                debug_assert!(
+                    tally.fits(permits, at),
+                    "ready at {at}, yet it does not fit"
+                );
+                tally.record(permits, at);
+                Ok(at)
+            }
+            // Past a `u64` of nanoseconds (584 years): never.
+            _ => Err(u64::try_from(ready_at).unwrap_or(NEVER)),
+        }
     }
 
     pub(crate) fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
@@ -171,7 +212,7 @@ impl<T: Tally> Sliding<T> {
                 Err(TryAcquireError::ExceedsLimit { requested, limit })
             }
             Screened::Nothing => Ok(()),
-            Screened::Decide => self.admit(permits, Caller::OutsideTheLine),
+            Screened::Decide => self.admit(permits),
         }
     }
 
@@ -182,15 +223,16 @@ impl<T: Tally> Sliding<T> {
             }
             Screened::Nothing => Ok(()),
             Screened::Decide => {
-                let attempt = |permits| self.admit(permits, Caller::HeadOfTheLine);
-                self.shared.turnstile.acquire(permits, attempt).await
+                let attempt = |permits, as_of| self.admit_head(permits, as_of);
+                let clock = &self.shared.clock;
+                self.shared.turnstile.acquire(clock, permits, attempt).await
             }
         }
     }
 
     pub(crate) fn is_limited(&self) -> bool {
         let (tally, now) = self.lock();
-        self.shared.turnstile.queued() > 0 || !tally.fits(1, now)
+        self.shared.turnstile.is_waiting() || !tally.fits(1, now)
     }
 
     pub(crate) fn refund(&self, permits: u64) {
@@ -209,11 +251,13 @@ impl<T: Tally> Sliding<T> {
     pub(crate) fn is_idle(&self) -> bool {
         let (tally, now) = self.lock();
         // A whole limit fits exactly when no grant counts.
-        self.shared.turnstile.queued() == 0 && tally.fits(self.shared.settings.limit, now)
+        !self.shared.turnstile.is_waiting() && tally.fits(self.shared.settings.limit, now)
     }
 
+    /// A new, empty limiter on this one's clock: a time wheel's slots stay aligned to the
+    /// template's, so a fresh copy behaves exactly as the template would when empty.
     pub(crate) fn fresh(&self) -> Sliding<T> {
-        Sliding::new(self.shared.settings)
+        Sliding::with_clock(self.shared.settings, self.shared.clock.clone())
     }
 
     /// `name { limit, window, <extra settings>, counted, queued_permits }`.
@@ -245,17 +289,9 @@ enum Screened {
     Decide,
 }
 
-/// Who asks [`Sliding::admit`].
-enum Caller {
-    /// `try_acquire`, which must not jump the line.
-    OutsideTheLine,
-    /// The waiter at the head of the line, which the line counts but must not hold up.
-    HeadOfTheLine,
-}
-
-/// How long from `now` until the last of `requests` (the line ahead, head first, then
-/// the caller's) could be admitted, each admitted whole and in order as the line admits
-/// them: exact, so never shorter than the true wait.
+/// The first instant from `from` (the floor or later) at which the last of `requests`
+/// (the line ahead, head first, then the caller's) could be admitted, each admitted whole
+/// and in order as the line admits them: exact, so never earlier than true.
 ///
 /// Think of the grants in order, the tally's last `limit` first (positions `0..limit`,
 /// the oldest first, missing ones long gone), then those the line would make. A request
@@ -264,17 +300,24 @@ enum Caller {
 /// made before it. Positions from `limit` on are the line's own grants, which stop
 /// counting one lap after they are made. Positions only grow, so one pass over the
 /// line's admissions finds them all: O(line).
-fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Duration {
+fn ready_at(tally: &impl Tally, limit: u64, requests: &[u64], from: u64) -> u128 {
+    // Positions count every permit of the line, which may add up past a `u64` (any
+    // `u64` limit is accepted, and a line may hold many requests that large): exact in
+    // 128 bits, as no line of `u64` requests reaches 2^128.
+    let limit = u128::from(limit);
     // The line's admissions: (grants made up to and including this one, instant).
-    let mut admissions: VecDeque<(u64, u128)> = VecDeque::with_capacity(requests.len());
-    let mut made: u64 = 0;
-    let mut ready_at = u128::from(now);
+    let mut admissions: VecDeque<(u128, u128)> = VecDeque::with_capacity(requests.len());
+    let mut made: u128 = 0;
+    let mut ready_at = u128::from(from);
     // A request for nothing is admitted at once and takes nothing.
     for &permits in requests.iter().filter(|&&permits| permits > 0) {
-        let deciding = made.saturating_add(permits - 1);
+        let deciding = made + u128::from(permits - 1);
         let released = match deciding.checked_sub(limit) {
-            None => tally.released_at(deciding),
+            // Below the limit, so it fits in a u64.
+            None => tally.released_at(deciding as u64),
             Some(own) => {
+                // `permits <= limit`, so `own < made`: the last admission, through
+                // `made`, is never popped.
                 while admissions
                     .front()
                     .is_some_and(|&(through, _)| through <= own)
@@ -286,20 +329,10 @@ fn retry_after(tally: &impl Tally, limit: u64, requests: &[u64], now: u64) -> Du
             }
         };
         ready_at = ready_at.max(released);
-        made = made.saturating_add(permits);
+        made += u128::from(permits);
         admissions.push_back((made, ready_at));
     }
-    duration_from_nanos(ready_at - u128::from(now))
-}
-
-/// `nanos` as a `Duration`, or `Duration::MAX` past it: never shorter than true.
-fn duration_from_nanos(nanos: u128) -> Duration {
-    const NANOS_PER_SECOND: u128 = 1_000_000_000;
-    match u64::try_from(nanos / NANOS_PER_SECOND) {
-        // The remainder is below 10^9, so it fits.
-        Ok(seconds) => Duration::new(seconds, (nanos % NANOS_PER_SECOND) as u32),
-        Err(_) => Duration::MAX,
-    }
+    ready_at
 }
 
 /// Gives a public type whose field `sliding` holds its [`Sliding`] handle what both
@@ -341,7 +374,7 @@ macro_rules! impl_limiter {
 
             #[doc = concat!(
                         "Permits asked for by the [`acquire`](crate::Limiter::acquire) calls ",
-                        "waiting in line now.\n\n",
+                        "waiting in line now (`u64::MAX` if they add up to more).\n\n",
                         "```\n",
                         "use std::time::Duration;\n",
                         "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",
@@ -408,20 +441,105 @@ macro_rules! impl_limiter {
 
 pub(crate) use impl_limiter;
 
+/// Helpers for the tests of both sliding limiters, which see their admissions' recorded
+/// instants through the tally's floor.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use std::time::Duration;
 
-    #[test]
-    fn durations_past_what_a_duration_holds_saturate_upwards() {
-        assert_eq!(
-            duration_from_nanos(1_500_000_001),
-            Duration::new(1, 500_000_001)
-        );
-        assert_eq!(
-            duration_from_nanos(u128::from(u64::MAX) * 1_000_000_000 + 999_999_999),
-            Duration::MAX
-        );
-        assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
+    use tokio::time::Instant;
+
+    use super::{Sliding, Tally};
+
+    /// Fills `sliding` at the start (at instant 0 of its clock, made with the test's
+    /// paused clock), lines up a request for each of `requests` permits, and returns for
+    /// each, in line order, when its task went on after the start and the floor right
+    /// after its admission: the instant it was recorded at (for a wheel, the start of its
+    /// slot).
+    pub(crate) async fn line_of<T: Tally>(
+        sliding: &Sliding<T>,
+        requests: &[u64],
+    ) -> Vec<(Duration, u64)> {
+        let start = Instant::now();
+        assert_eq!(sliding.shared.clock.now(), 0, "made at the start");
+        sliding.try_acquire(sliding.settings().limit).unwrap();
+        let tasks: Vec<_> = requests
+            .iter()
+            .map(|&permits| {
+                let sliding = sliding.clone();
+                tokio::spawn(async move {
+                    sliding.acquire(permits).await.unwrap();
+                    // Nothing else runs before this: the floor is this admission's.
+                    let recorded = sliding.lock().0.floor();
+                    (start.elapsed(), recorded)
+                })
+            })
+            .collect();
+        let mut admissions = Vec::with_capacity(requests.len());
+        for task in tasks {
+            admissions.push(task.await.unwrap());
+        }
+        admissions
+    }
+
+    /// [`line_of`] requests of one permit each.
+    pub(crate) async fn line_of_ones<T: Tally>(
+        sliding: &Sliding<T>,
+        waiters: usize,
+    ) -> Vec<(Duration, u64)> {
+        line_of(sliding, &vec![1; waiters]).await
+    }
+
+    /// `count` request sizes from 1 to `limit`, the same on every run.
+    pub(crate) fn mixed_sizes(count: usize, limit: u64) -> Vec<u64> {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                1 + (state >> 33) % limit
+            })
+            .collect()
+    }
+
+    /// Every permit of `requests`, after the `limit` admitted at instant 0, at the
+    /// instant its request was recorded at.
+    pub(crate) fn grants(limit: u64, requests: &[u64], recorded: &[u64]) -> Vec<u64> {
+        let mut grants = vec![0; limit as usize];
+        for (&permits, &at) in requests.iter().zip(recorded) {
+            grants.extend(std::iter::repeat(at).take(permits as usize));
+        }
+        grants
+    }
+
+    /// Asserts that each admission went on within tokio's 1 ms timer tick of the instant
+    /// it was recorded at, never before.
+    pub(crate) fn assert_served_on_time(admissions: &[(Duration, u64)]) {
+        for (index, &(went_on, recorded)) in admissions.iter().enumerate() {
+            let recorded = Duration::from_nanos(recorded);
+            assert!(
+                went_on >= recorded && went_on <= recorded + Duration::from_millis(1),
+                "waiter {index} recorded at {recorded:?} went on at {went_on:?}"
+            );
+        }
+    }
+
+    /// Asserts that no half-open interval `[t, t + window)` holds more than `limit` of
+    /// the `grants` (instants, one permit each): checking the intervals that start at a
+    /// grant suffices, as sliding one to the next grant only drops grants.
+    pub(crate) fn assert_never_over(grants: &[u64], limit: usize, window: u64) {
+        let mut sorted = grants.to_vec();
+        sorted.sort_unstable();
+        for (index, &from) in sorted.iter().enumerate() {
+            let within = sorted[index..]
+                .iter()
+                .take_while(|&&grant| grant < from + window)
+                .count();
+            assert!(
+                within <= limit,
+                "{within} grants in the {window} ns from {from} ns, limit {limit}"
+            );
+        }
     }
 }

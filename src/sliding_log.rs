@@ -1,8 +1,9 @@
 //! [`SlidingLog`]: the exact sliding-window limiter.
 //!
 //! It keeps the instants of the last `limit` grants (one per permit) in a ring, oldest
-//! first. The instants never decrease, because they are read under the limiter's lock
-//! from a monotonic clock, so the ring is sorted, and:
+//! first. The instants never decrease, because each is recorded under the limiter's lock
+//! from the latest one on (now, from a monotonic clock, or the earlier instant the head
+//! of the line fitted at), so the ring is sorted, and:
 //!
 //! - `permits` fit now exactly when the grant `permits` places from the oldest of the
 //!   last `limit` (a missing one counting as long gone) was made a whole window ago or
@@ -36,9 +37,17 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),
 /// [`acquire`](crate::Limiter::acquire) (first in, first out),
 /// [`is_limited`](crate::Limiter::is_limited), [`refund`](crate::Limiter::refund) (which
-/// forgets the newest permits admitted, so call it soon after the acquire it undoes),
+/// forgets the newest permits admitted, whoever acquired them, so call it soon after the
+/// acquire it undoes),
 /// [`available`](crate::Limiter::available), [`is_idle`](crate::Limiter::is_idle) and
 /// [`fresh`](crate::Limiter::fresh).
+///
+/// A waiter is admitted as of the instant its request fitted, even when tokio's timer,
+/// which ticks every millisecond, wakes it later (never before it reached the head of
+/// the line, nor before a permit already admitted): a late wakeup does not push back the
+/// waiters behind it, and the limiter keeps its rate at any window length. With windows
+/// near a millisecond or shorter, waiters go on in bursts at each tick; the limit holds
+/// for the instants they are admitted at.
 ///
 /// # How it works, and what it costs
 ///
@@ -179,6 +188,10 @@ struct Log {
     oldest: usize,
     /// How many grants are kept: the last ones made (some may have stopped counting).
     kept: usize,
+    /// The latest instant a grant was recorded at, kept through refunds: grants before
+    /// the ring's oldest, overwritten by later ones, are known to have stopped counting
+    /// by then, not before.
+    latest: u64,
 }
 
 impl Log {
@@ -203,17 +216,17 @@ impl Log {
         }
     }
 
-    fn push(&mut self, now: u64) {
+    fn push(&mut self, at: u64) {
         if self.kept < self.instants.len() {
             let slot = (self.oldest + self.kept) % self.instants.len();
-            self.instants[slot] = now;
+            self.instants[slot] = at;
             self.kept += 1;
         } else if self.instants.len() < self.capacity() {
-            self.instants.push(now);
+            self.instants.push(at);
             self.kept += 1;
         } else {
             // Full: the oldest grant is `limit` grants old; the newest replaces it.
-            self.instants[self.oldest] = now;
+            self.instants[self.oldest] = at;
             self.oldest = (self.oldest + 1) % self.instants.len();
         }
     }
@@ -229,27 +242,33 @@ impl Tally for Log {
             instants: Vec::new(),
             oldest: 0,
             kept: 0,
+            latest: 0,
         }
     }
 
-    fn fits(&self, permits: u64, now: u64) -> bool {
-        self.released_at(permits - 1) <= u128::from(now)
+    fn floor(&self) -> u64 {
+        self.latest
     }
 
-    fn counted(&self, now: u64) -> u64 {
+    fn fits(&self, permits: u64, at: u64) -> bool {
+        self.released_at(permits - 1) <= u128::from(at)
+    }
+
+    fn counted(&self, at: u64) -> u64 {
         let released = ring::partition_point(&self.instants, self.oldest, self.kept, |grant| {
-            self.released(grant) <= u128::from(now)
+            self.released(grant) <= u128::from(at)
         });
         (self.kept - released) as u64
     }
 
-    fn record(&mut self, permits: u64, now: u64) {
+    fn record(&mut self, permits: u64, at: u64) {
         // At most the limit, so it fits.
         let permits = usize::try_from(permits).unwrap_or(usize::MAX);
         self.reserve(permits);
         for _ in 0..permits {
-            self.push(now);
+            self.push(at);
         }
+        self.latest = at;
     }
 
     fn forget_newest(&mut self, permits: u64, _now: u64) {
@@ -276,5 +295,62 @@ impl Tally for Log {
 
     fn released_after_laps(&self, admitted_at: u128, laps: u64) -> u128 {
         admitted_at.saturating_add(u128::from(laps).saturating_mul(self.window_nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::sliding::testing::{
+        assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
+    };
+    use crate::SlidingLog;
+
+    /// Two permits per 1.5 ms: the head is due every 1.5 ms, between the timer's 1 ms
+    /// ticks. Each admission is recorded at the instant it fitted, so the waiters are
+    /// served at 1.5, 3, 4.5, ... ms exactly, two at a time, never more than two in any
+    /// 1.5 ms; recorded at the ticks that woke them (2, 4, 6, ... ms), the rate would be
+    /// two per 2 ms.
+    #[tokio::test(start_paused = true)]
+    async fn waiters_woken_late_by_the_timer_are_admitted_as_of_when_they_fitted() {
+        let window = Duration::from_micros(1_500);
+        let limiter = SlidingLog::new(2, window).unwrap();
+        let admissions = line_of_ones(&limiter.sliding, 12).await;
+        let recorded: Vec<u64> = admissions.iter().map(|&(_, at)| at).collect();
+        let due: Vec<u64> = (0..12).map(|index| (index / 2 + 1) * 1_500_000).collect();
+        assert_eq!(recorded, due);
+        assert_served_on_time(&admissions);
+        let grants: Vec<u64> = [0, 0].into_iter().chain(recorded).collect();
+        assert_never_over(&grants, 2, 1_500_000);
+    }
+
+    /// Requests of mixed sizes behind a 1.5 ms window: each is recorded at the first
+    /// instant from its turn on when the permits of the last `limit` grants, counted back
+    /// from its own, leave the window, found here by a plain count over every grant.
+    #[tokio::test(start_paused = true)]
+    async fn a_line_of_mixed_sizes_is_admitted_at_the_exact_instants() {
+        const LIMIT: u64 = 5;
+        const WINDOW: u64 = 1_500_000;
+        let limiter = SlidingLog::new(LIMIT, Duration::from_nanos(WINDOW)).unwrap();
+        let requests = mixed_sizes(60, LIMIT);
+        let admissions = line_of(&limiter.sliding, &requests).await;
+        let recorded: Vec<u64> = admissions.iter().map(|&(_, at)| at).collect();
+
+        let mut expected = Vec::new();
+        let mut model = vec![0; LIMIT as usize];
+        let mut turn = 0;
+        for &permits in &requests {
+            // It fits once at most `LIMIT - permits` grants count: once the newest of
+            // those that must leave has left.
+            let must_leave = model.len() - (LIMIT - permits) as usize - 1;
+            let at = turn.max(model[must_leave] + WINDOW);
+            model.extend(std::iter::repeat(at).take(permits as usize));
+            expected.push(at);
+            turn = at;
+        }
+        assert_eq!(recorded, expected);
+        assert_served_on_time(&admissions);
+        assert_never_over(&grants(LIMIT, &requests, &recorded), LIMIT as usize, WINDOW);
     }
 }

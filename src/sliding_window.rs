@@ -52,9 +52,17 @@ use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// gives it [`try_acquire`](crate::Limiter::try_acquire),
 /// [`acquire`](crate::Limiter::acquire) (first in, first out),
 /// [`is_limited`](crate::Limiter::is_limited), [`refund`](crate::Limiter::refund) (which
-/// forgets the newest permits admitted, so call it soon after the acquire it undoes),
+/// takes permits off the newest slots, whoever acquired them, so call it soon after the
+/// acquire it undoes),
 /// [`available`](crate::Limiter::available), [`is_idle`](crate::Limiter::is_idle) and
 /// [`fresh`](crate::Limiter::fresh).
+///
+/// A waiter is admitted as of the instant its request fitted, even when tokio's timer,
+/// which ticks every millisecond, wakes it later (never before it reached the head of
+/// the line, nor before a permit already admitted): a late wakeup does not push back the
+/// waiters behind it, and the limiter keeps its rate at any window length. With windows
+/// near a millisecond or shorter, waiters go on in bursts at each tick; the limit holds
+/// for the instants they are admitted at.
 ///
 /// # What it costs
 ///
@@ -256,6 +264,40 @@ impl Wheel {
     fn oldest(&self) -> usize {
         (self.newest + 1) % self.totals.len()
     }
+
+    /// The number of the slot holding the instant `at`.
+    fn slot_of(&self, at: u64) -> u64 {
+        // At most `at`, so it fits.
+        (u128::from(at) / self.slot_nanos) as u64
+    }
+
+    /// Turns the wheel to the slot holding `at` (from the floor on).
+    fn advance(&mut self, at: u64) {
+        let slot = self.slot_of(at);
+        let passed = slot.saturating_sub(self.slot);
+        if passed == 0 {
+            return;
+        }
+        let total = self.totals[self.newest];
+        if passed >= self.span() {
+            // Everything counted has left: clear the whole wheel at once.
+            self.totals.fill(total);
+            self.base = total;
+        } else {
+            // Each slot passed becomes a new, empty one; the oldest leaves the count.
+            for _ in 0..passed {
+                self.newest = self.oldest();
+                self.base = self.totals[self.newest];
+                self.totals[self.newest] = total;
+            }
+        }
+        self.slot = slot;
+    }
+
+    /// How many grants count in the slots the wheel holds now.
+    fn counted_in_wheel(&self) -> u64 {
+        self.totals[self.newest].wrapping_sub(self.base)
+    }
 }
 
 impl Tally for Wheel {
@@ -278,43 +320,38 @@ impl Tally for Wheel {
             .field("slot_duration", &slots.duration);
     }
 
-    fn advance(&mut self, now: u64) {
-        // At most `now`, so it fits.
-        let slot = (u128::from(now) / self.slot_nanos) as u64;
-        let passed = slot.saturating_sub(self.slot);
+    fn floor(&self) -> u64 {
+        // At most the instant the wheel was turned to, so it fits.
+        (u128::from(self.slot) * self.slot_nanos) as u64
+    }
+
+    fn fits(&self, permits: u64, at: u64) -> bool {
+        permits <= self.limit - self.counted(at)
+    }
+
+    fn counted(&self, at: u64) -> u64 {
+        // As if turned to `at`, without turning: the slots it would pass leave the count.
+        let passed = self.slot_of(at).saturating_sub(self.slot);
         if passed == 0 {
-            return;
-        }
-        let total = self.totals[self.newest];
-        if passed >= self.span() {
-            // Everything counted has left: clear the whole wheel at once.
-            self.totals.fill(total);
-            self.base = total;
+            self.counted_in_wheel()
+        } else if passed >= self.span() {
+            0
         } else {
-            // Each slot passed becomes a new, empty one; the oldest leaves the count.
-            for _ in 0..passed {
-                self.newest = self.oldest();
-                self.base = self.totals[self.newest];
-                self.totals[self.newest] = total;
-            }
+            // The running total through the last slot that would leave. `passed` is
+            // below the span, so it fits.
+            let left = (self.oldest() + passed as usize - 1) % self.totals.len();
+            self.totals[self.newest].wrapping_sub(self.totals[left])
         }
-        self.slot = slot;
     }
 
-    fn fits(&self, permits: u64, now: u64) -> bool {
-        permits <= self.limit - self.counted(now)
-    }
-
-    fn counted(&self, _now: u64) -> u64 {
-        self.totals[self.newest].wrapping_sub(self.base)
-    }
-
-    fn record(&mut self, permits: u64, _now: u64) {
+    fn record(&mut self, permits: u64, at: u64) {
+        self.advance(at);
         self.totals[self.newest] = self.totals[self.newest].wrapping_add(permits);
     }
 
     fn forget_newest(&mut self, permits: u64, now: u64) {
-        let kept = self.counted(now).saturating_sub(permits);
+        self.advance(now);
+        let kept = self.counted_in_wheel().saturating_sub(permits);
         let total = self.base.wrapping_add(kept);
         // Trim every slot whose running total passes the new one, newest first.
         let mut at = self.newest;
@@ -325,7 +362,9 @@ impl Tally for Wheel {
     }
 
     fn released_at(&self, rank: u64) -> u128 {
-        let counted = self.counted(0);
+        // Those counted in the wheel as it stands: any of them that stopped counting
+        // since it last turned is found released at its true instant, in the past.
+        let counted = self.counted_in_wheel();
         // Grants before those counted are long gone.
         let Some(rank) = rank.checked_sub(self.limit - counted) else {
             return 0;
@@ -351,5 +390,77 @@ impl Tally for Wheel {
         let slot = admitted_at / self.slot_nanos;
         let laps = u128::from(laps) * u128::from(self.span());
         slot.saturating_add(laps).saturating_mul(self.slot_nanos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::sliding::testing::{
+        assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
+    };
+    use crate::SlidingWindow;
+
+    /// One permit per 100 µs, in 10 slots of 10 µs: a permit counts 110 µs (its slot and
+    /// ten more), so the head is due every 110 µs, ten times between two of the timer's
+    /// 1 ms ticks. Each admission is recorded in the slot it fitted in, so the waiters are
+    /// served at 110, 220, 330, ... µs exactly, in bursts at each tick; recorded in the
+    /// slot of the tick that woke them, it would be one per millisecond.
+    #[tokio::test(start_paused = true)]
+    async fn waiters_woken_late_by_the_timer_are_admitted_as_of_when_they_fitted() {
+        let limiter = SlidingWindow::new(1, 10, Duration::from_micros(10)).unwrap();
+        let admissions = line_of_ones(&limiter.sliding, 30).await;
+        let recorded: Vec<u64> = admissions.iter().map(|&(_, at)| at).collect();
+        let due: Vec<u64> = (1..=30).map(|waiter| waiter * 110_000).collect();
+        assert_eq!(recorded, due);
+        assert_served_on_time(&admissions);
+        let grants: Vec<u64> = [0].into_iter().chain(recorded).collect();
+        // Never more permissive than the log over its window, nor over its hold.
+        assert_never_over(&grants, 1, 100_000);
+        assert_never_over(&grants, 1, 110_000);
+    }
+
+    /// Requests of mixed sizes on a wheel of 8 slots of 30 µs: each is recorded in the
+    /// first slot from its turn on where the slots it would count with (its own and the
+    /// 8 before) hold few enough, found here by a plain count per slot.
+    #[tokio::test(start_paused = true)]
+    async fn a_line_of_mixed_sizes_is_admitted_in_the_exact_slots() {
+        const LIMIT: u64 = 7;
+        const SLOTS: u64 = 8;
+        const SLOT: u64 = 30_000;
+        let limiter = SlidingWindow::new(LIMIT, SLOTS as usize, Duration::from_nanos(SLOT));
+        let limiter = limiter.unwrap();
+        let requests = mixed_sizes(80, LIMIT);
+        let admissions = line_of(&limiter.sliding, &requests).await;
+        let recorded: Vec<u64> = admissions.iter().map(|&(_, at)| at).collect();
+
+        let mut per_slot = vec![LIMIT];
+        let mut expected = Vec::new();
+        let mut slot = 0;
+        for &permits in &requests {
+            let counted = |slot: u64| -> u64 {
+                let first = slot.saturating_sub(SLOTS) as usize;
+                per_slot
+                    .iter()
+                    .skip(first)
+                    .take(slot as usize + 1 - first)
+                    .sum()
+            };
+            while counted(slot) + permits > LIMIT {
+                slot += 1;
+            }
+            if per_slot.len() <= slot as usize {
+                per_slot.resize(slot as usize + 1, 0);
+            }
+            per_slot[slot as usize] += permits;
+            expected.push(slot * SLOT);
+        }
+        assert_eq!(recorded, expected);
+        assert_served_on_time(&admissions);
+        let grants = grants(LIMIT, &requests, &recorded);
+        // Never more permissive than the log over its window, nor over its hold.
+        assert_never_over(&grants, LIMIT as usize, SLOTS * SLOT);
+        assert_never_over(&grants, LIMIT as usize, (SLOTS + 1) * SLOT);
     }
 }

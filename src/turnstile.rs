@@ -1,20 +1,20 @@
 //! First in, first out waiting for the window limiters, which have no refill task: each
-//! waiter in turn sleeps until its request fits, then acquires.
+//! waiter in turn sleeps until its request fits, then acquires, recorded as of the
+//! instant it fitted rather than the instant the timer woke it.
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::PoisonError;
 use std::task::Poll;
-use std::time::Duration;
 
 use futures::future::select;
 use tokio::runtime::Handle;
-use tokio::sync::futures::Notified;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, MutexGuard, Notify};
 
-use crate::error::{AcquireError, TryAcquireError};
+use crate::clock::{self, Clock};
+use crate::error::AcquireError;
 
 /// The line of waiters of one window limiter.
 ///
@@ -23,10 +23,14 @@ use crate::error::{AcquireError, TryAcquireError};
 /// the lock, in order.
 #[derive(Debug, Default)]
 pub(crate) struct Turnstile {
-    head: Mutex<()>,
-    /// Permits asked for by everyone in line (the head included); `try_acquire` refuses
-    /// while this is not zero, so it never jumps the line.
-    queued: AtomicU64,
+    /// Holds the instant (on the limiter's clock) the last head left the line.
+    head: Mutex<u64>,
+    /// Waiters in line (the head included); `try_acquire` refuses while this is not zero,
+    /// so it never jumps the line. A count of waiters, not a sum of their permits: one
+    /// waiter adds one whatever it asks for, so the count can neither wrap to zero (two
+    /// requests of 2^63 permits would wrap a `u64` sum) nor read zero for a request of
+    /// zero permits.
+    waiters: AtomicUsize,
     /// Each waiter's request, in the order of the line: a request must fit whole in a
     /// window, so a `retry_after` behind the line needs the sizes, not only their sum.
     line: std::sync::Mutex<Line>,
@@ -35,9 +39,23 @@ pub(crate) struct Turnstile {
 }
 
 impl Turnstile {
-    /// Permits asked for by the waiters in line.
-    pub(crate) fn queued(&self) -> u64 {
-        self.queued.load(Ordering::Acquire)
+    /// Whether anybody waits in line. Lock-free: what the fast paths ask.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.waiters.load(Ordering::Acquire) > 0
+    }
+
+    /// Permits asked for by the waiters in line, `u64::MAX` if they add up to more.
+    /// Walks the line: a sum kept beside it would need 128 bits (no line of `u64`
+    /// requests overflows them) and, aligned, cost every limiter 48 bytes, which matters
+    /// for a [`Keyed`](crate::Keyed) with a million keys more than this walk does.
+    pub(crate) fn queued_permits(&self) -> u64 {
+        let line = self.line();
+        let permits: u128 = line
+            .places
+            .iter()
+            .map(|place| u128::from(place.permits))
+            .sum();
+        u64::try_from(permits).unwrap_or(u64::MAX)
     }
 
     /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
@@ -49,7 +67,7 @@ impl Turnstile {
         }
     }
 
-    fn line(&self) -> MutexGuard<'_, Line> {
+    fn line(&self) -> std::sync::MutexGuard<'_, Line> {
         // Nothing panics while holding it, so a poisoned line is still consistent.
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -61,15 +79,23 @@ impl Turnstile {
 
     /// Waits in line, then calls `attempt` until it admits `permits`.
     ///
-    /// `attempt` tries to acquire without looking at the line; when refused it returns
-    /// how long until the request fits. The caller has already refused `permits` above
-    /// its limit, so the sum in line cannot overflow. Cancel safe: dropping the future leaves the line
-    /// and acquires nothing.
+    /// `attempt(permits, as_of)` tries to acquire without looking at the line, as of the
+    /// instant `as_of` on the limiter's `clock`, or now if that is earlier (see
+    /// [`Head::as_of`]). It returns the instant it recorded the admission at, or, when the
+    /// request does not fit by now, the instant from which it does ([`NEVER`] for never).
+    /// The head then sleeps until that instant, or until a refund, and tries again as of
+    /// it: a wakeup late by tokio's 1 ms timer does not push the schedule back.
+    ///
+    /// Cancel safe: dropping the future leaves the line and acquires nothing.
+    ///
+    /// [`NEVER`]: crate::clock::NEVER
     pub(crate) async fn acquire(
         &self,
+        clock: &Clock,
         permits: u64,
-        mut attempt: impl FnMut(u64) -> Result<(), TryAcquireError>,
+        mut attempt: impl FnMut(u64, u64) -> Result<u64, u64>,
     ) -> Result<(), AcquireError> {
+        let joined_at = clock.now();
         let mut head = pin!(self.head.lock());
         // Join the record and the lock's queue in one step (the lock future queues on its
         // first poll), so that both hold the waiters in the same order.
@@ -81,35 +107,62 @@ impl Turnstile {
             Poll::Ready((in_line, first_poll))
         })
         .await;
-        let _head = match first_poll {
-            Poll::Ready(head) => head,
-            Poll::Pending => head.await,
+        let turn_began = match first_poll {
+            Poll::Ready(turn_began) => turn_began,
+            Poll::Pending => {
+                // It must wait: without a timer it could never be woken once at the head,
+                // so say so now, on its first poll.
+                clock::require_timer();
+                head.await
+            }
+        };
+        let mut head = Head {
+            // Not before it asked, nor before the waiter ahead left the head.
+            as_of: joined_at.max(*turn_began),
+            turn_began,
+            clock,
+            admitted_at: None,
         };
         loop {
             // Listen before looking, so a refund between the two is not missed.
             let refunded = self.refunded.notified();
-            let retry_after = match attempt(permits) {
-                Ok(()) => return Ok(()),
-                Err(TryAcquireError::Limited { retry_after }) => retry_after,
-                Err(TryAcquireError::ExceedsLimit { requested, limit }) => {
-                    return Err(AcquireError::ExceedsLimit { requested, limit })
+            let due = match attempt(permits, head.as_of) {
+                Ok(admitted_at) => {
+                    head.admitted_at = Some(admitted_at);
+                    return Ok(());
                 }
-                Err(TryAcquireError::TooManyKeys { max_keys }) => {
-                    return Err(AcquireError::TooManyKeys { max_keys })
-                }
-                Err(TryAcquireError::Closed) => return Err(AcquireError::Closed),
+                Err(due) => due,
             };
             if Handle::try_current().is_err() {
                 return Err(AcquireError::NoRuntime);
             }
-            sleep_or_refund(retry_after, refunded).await;
+            // Made in this poll: in a runtime without a timer, tokio panics right here
+            // (see `clock::require_timer`).
+            let sleep = pin!(clock.sleep_until(due));
+            let _ = select(sleep, pin!(refunded)).await;
+            head.as_of = due;
         }
     }
 }
 
-async fn sleep_or_refund(retry_after: Duration, refunded: Notified<'_>) {
-    let sleep = pin!(tokio::time::sleep(retry_after));
-    let _ = select(sleep, pin!(refunded)).await;
+/// The waiter at the head of the line, holding the lock. The lock keeps the instant the
+/// last head left, admitted or not: that is when the next head's turn began.
+struct Head<'a> {
+    /// The earliest instant it may be admitted at, when that is already past: it was
+    /// due then, and only the timer's granularity (or a busy runtime) kept it from
+    /// trying. Later than now after a refund woke it early; the limiter then uses now.
+    as_of: u64,
+    turn_began: MutexGuard<'a, u64>,
+    clock: &'a Clock,
+    admitted_at: Option<u64>,
+}
+
+impl Drop for Head<'_> {
+    fn drop(&mut self) {
+        // Admitted, the next head's turn begins at the admission's instant, however far
+        // back it was recorded; given up, it begins now.
+        *self.turn_began = self.admitted_at.unwrap_or_else(|| self.clock.now());
+    }
 }
 
 /// The waiters' requests in line order, each with a ticket to find it when it leaves.
@@ -125,13 +178,11 @@ struct Place {
     permits: u64,
 }
 
-/// A waiter's place: its permits counted in [`Turnstile::queued`] and recorded in the
-/// line until it leaves, by success, error or drop.
+/// A waiter's place: counted in [`Turnstile::is_waiting`] and recorded in the line until
+/// it leaves, by success, error or drop.
 struct InLine<'a> {
     turnstile: &'a Turnstile,
     ticket: u64,
-    /// What it adds to `queued`.
-    counted: u64,
 }
 
 impl<'a> InLine<'a> {
@@ -140,15 +191,8 @@ impl<'a> InLine<'a> {
         let ticket = line.next_ticket;
         line.next_ticket = ticket.wrapping_add(1);
         line.places.push_back(Place { ticket, permits });
-        // A waiter counts even for zero permits, so the line is never seen empty while
-        // someone stands in it.
-        let counted = permits.max(1);
-        turnstile.queued.fetch_add(counted, Ordering::AcqRel);
-        InLine {
-            turnstile,
-            ticket,
-            counted,
-        }
+        turnstile.waiters.fetch_add(1, Ordering::AcqRel);
+        InLine { turnstile, ticket }
     }
 }
 
@@ -163,8 +207,6 @@ impl Drop for InLine<'_> {
         {
             line.places.remove(index);
         }
-        self.turnstile
-            .queued
-            .fetch_sub(self.counted, Ordering::AcqRel);
+        self.turnstile.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{assert_at, ms, secs, yield_until};
+use common::{assert_at, limiters, ms, secs, yield_until};
 use token_bucket::{AcquireError, ConfigError, FixedWindow, Limiter, TryAcquireError};
 use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
@@ -379,7 +379,7 @@ async fn fresh_starts_empty_on_the_same_window_grid() {
     assert_eq!(template.available(), 1);
     assert_eq!(
         format!("{fresh:?}"),
-        "FixedWindow { limit: 3, window: 1s, available: 0, queued: 0 }"
+        "FixedWindow { limit: 3, window: 1s, available: 0, queued_permits: 0 }"
     );
 }
 
@@ -406,6 +406,19 @@ async fn a_caller_whose_clock_is_behind_counts_into_the_newer_window() {
     // Until window 11, from a clock in window 0.
     assert!(retry_after > hour * 10 && retry_after <= hour * 11);
     assert_eq!(limiter.available(), 0);
+}
+
+impl limiters::Waiting for FixedWindow {
+    fn queued_permits(&self) -> u64 {
+        FixedWindow::queued_permits(self)
+    }
+}
+
+#[test]
+fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    limiters::a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll(
+        FixedWindow::new(1, secs(60)).unwrap(),
+    );
 }
 
 #[test]
@@ -480,4 +493,34 @@ fn racing_threads_share_exactly_one_window_of_permits() {
     });
     assert_eq!(admitted, LIMIT);
     assert_eq!(limiter.available(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_permits_sums_the_line_and_debug_names_it_so() {
+    let limiter = FixedWindow::new(5, secs(1)).unwrap();
+    limiter.try_acquire(5).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(4));
+    let mut second = tokio_test::task::spawn(limiter.acquire(3));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    assert_eq!(limiter.queued_permits(), 7);
+    assert_eq!(
+        format!("{limiter:?}"),
+        "FixedWindow { limit: 5, window: 1s, available: 0, queued_permits: 7 }"
+    );
+    drop(first);
+    assert_eq!(limiter.queued_permits(), 3);
+    advance(secs(1)).await;
+    assert_eq!(second.await, Ok(()));
+    assert_eq!(limiter.queued_permits(), 0);
+    assert_eq!(limiter.available(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(
+        FixedWindow::new(2, secs(1)).unwrap(),
+        secs(1),
+    )
+    .await;
 }

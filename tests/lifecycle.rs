@@ -15,7 +15,10 @@ use std::time::Duration;
 use futures::FutureExt;
 mod common;
 
-use common::{assert_at, bucket_with, ms, secs};
+use common::{
+    assert_at, bucket_with, ms, panic_message_of, poll_once_in, runtime_without_a_timer, secs,
+    NO_TIMER_PANIC,
+};
 use token_bucket::{ConfigError, Rate, TakeError, TokenBucket, TryTakeError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -653,6 +656,21 @@ fn waiter_carried_into_a_new_runtime_is_served_on_its_own() {
     });
 }
 
+/// The same, carried into a runtime without a timer: the refill task it would start there
+/// could never sleep, so its next poll panics, naming the fix, instead of restarting a
+/// task that panics, for ever.
+#[test]
+fn waiter_carried_into_a_runtime_without_a_timer_panics_rather_than_hang() {
+    let (bucket, mut waiter) = waiter_queued_in_a_dropped_runtime();
+    let untimed = runtime_without_a_timer();
+    let message = panic_message_of(|| poll_once_in(&untimed, &mut waiter));
+    assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    // Still in line, and served where there is a timer.
+    assert_eq!(bucket.queued(), 1);
+    paused_runtime().block_on(async { assert_eq!(waiter.await, Ok(())) });
+    assert_eq!(bucket.queued(), 0);
+}
+
 /// A waiter queued from a live runtime B while the refill task sits in runtime A, which
 /// nobody drives any more: once A is dropped, B's waiter is served without any other call.
 #[test]
@@ -829,6 +847,53 @@ fn try_take_and_the_other_sync_methods_work_from_a_plain_thread() {
         }
     });
     thread.join().unwrap();
+}
+
+/// A request that must wait in a runtime built without `enable_time` panics on its first
+/// poll, naming the fix. It used to queue and start a refill task that panicked on its
+/// first sleep, was restarted by the waiter and panicked again, for ever: a hang.
+#[test]
+fn a_request_that_must_wait_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    let untimed = runtime_without_a_timer();
+    let bucket = bucket_with(Rate::per_second(1), 5, 2);
+    // Served at once, it needs no timer.
+    assert_eq!(untimed.block_on(bucket.take(1)), Ok(()));
+    assert_eq!(untimed.block_on(bucket.wait(1)), Ok(()));
+    for message in [
+        panic_message_of(|| poll_once_in(&untimed, bucket.take(2))),
+        panic_message_of(|| poll_once_in(&untimed, bucket.wait(2))),
+        panic_message_of(|| poll_once_in(&untimed, bucket.take_timeout(2, secs(10)))),
+        panic_message_of(|| poll_once_in(&untimed, bucket.wait_timeout(2, secs(10)))),
+    ] {
+        assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    }
+    let stats = bucket.stats();
+    assert_eq!(
+        (stats.queued, stats.taken),
+        (0, 1),
+        "nothing queued or taken"
+    );
+
+    // Awaited to the end it panics too, rather than hang.
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiting = bucket.clone();
+    std::thread::spawn(move || {
+        let untimed = runtime_without_a_timer();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            untimed.block_on(waiting.take(2))
+        }));
+        let _ = done.send(outcome.is_err());
+    });
+    // A generous bound, not a timing assertion: only a hang takes this long.
+    let panicked = finished.recv_timeout(secs(60)).expect("take hung");
+    assert!(panicked, "take completed without a timer");
+
+    // The bucket is unharmed: in a runtime with a timer its waiters are served.
+    paused_runtime().block_on(async {
+        assert_eq!(bucket.take(5).await, Ok(()));
+    });
+    let stats = bucket.stats();
+    assert_eq!((stats.queued, stats.taken), (0, 6));
 }
 
 /// A timeout form needs tokio's timer even when the bucket's refill task already runs in

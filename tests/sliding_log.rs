@@ -48,6 +48,13 @@ async fn more_permits_than_the_limit_are_refused_by_try_acquire_and_acquire() {
 }
 
 #[test]
+fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    limiters::a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll(
+        SlidingLog::new(1, secs(60)).unwrap(),
+    );
+}
+
+#[test]
 fn acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime() {
     limiters::acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime(log(1, secs(3_600)));
 }
@@ -76,6 +83,12 @@ async fn acquire_is_first_in_first_out_among_waiters_of_different_sizes() {
 #[tokio::test(start_paused = true)]
 async fn try_acquire_never_jumps_the_line() {
     limiters::try_acquire_never_jumps_the_line(log(2, secs(1)), HOLD).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on() {
+    limiters::behind_a_head_that_gives_up_the_next_is_admitted_from_then_on(log(2, secs(1)), HOLD)
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -322,4 +335,9 @@ async fn the_ring_is_allocated_lazily_and_never_holds_more_than_the_limit() {
     advance(secs(1)).await;
     let ((), more) = allocated_by(|| limiter.try_acquire(SlidingLog::MAX_LIMIT).unwrap());
     assert_eq!(more, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(log(2, secs(1)), HOLD).await;
 }

@@ -52,6 +52,13 @@ async fn more_permits_than_the_limit_are_refused_by_try_acquire_and_acquire() {
 }
 
 #[test]
+fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll() {
+    limiters::a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll(
+        SlidingWindow::new(1, 60, secs(60)).unwrap(),
+    );
+}
+
+#[test]
 fn acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime() {
     limiters::acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime(
         SlidingWindow::new(1, 60, secs(60)).unwrap(),
@@ -81,6 +88,11 @@ async fn acquire_is_first_in_first_out_among_waiters_of_different_sizes() {
 #[tokio::test(start_paused = true)]
 async fn try_acquire_never_jumps_the_line() {
     limiters::try_acquire_never_jumps_the_line(wheel(2), HOLD).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on() {
+    limiters::behind_a_head_that_gives_up_the_next_is_admitted_from_then_on(wheel(2), HOLD).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -249,6 +261,21 @@ async fn fresh_has_the_same_settings_and_nothing_counted_while_clones_share() {
     );
 }
 
+/// `Keyed` forgets an idle key's wheel and makes a fresh one when the key comes back: the
+/// fresh one must turn on the template's slot boundaries, or the key's permits would
+/// count for a different time than before it was forgotten.
+#[tokio::test(start_paused = true)]
+async fn fresh_turns_on_the_templates_slot_boundaries() {
+    let template = wheel(1);
+    advance(ms(250)).await; // into slot 2 of the template
+    let fresh = template.fresh();
+    fresh.try_acquire(1).unwrap();
+    // Admitted in slot 2, it counts until slot 12 ends, 1.3 s after the template's start.
+    assert_eq!(retry_after(fresh.try_acquire(1)), ms(1_050));
+    template.try_acquire(1).unwrap();
+    assert_eq!(retry_after(template.try_acquire(1)), ms(1_050));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it() {
     limiters::a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it(wheel(5), HOLD).await;
@@ -331,6 +358,56 @@ async fn any_u64_limit_works_and_its_totals_wrap_harmlessly() {
     }
 }
 
+/// Two waiters of 2^63 permits each ask for 2^64 in all: a line counted as a `u64` sum of
+/// permits would read as empty, letting `try_acquire` jump it and `is_idle` forget it.
+#[tokio::test(start_paused = true)]
+async fn a_line_asking_for_more_than_a_u64_still_holds_back_try_acquire() {
+    let limiter = wheel(u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(1 << 63));
+    let mut second = tokio_test::task::spawn(limiter.acquire(1 << 63));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    // Room for everyone now, but two waiters stand in line.
+    limiter.refund(u64::MAX);
+    assert_eq!(limiter.available(), u64::MAX);
+    assert!(limiter.is_limited());
+    assert!(!limiter.is_idle());
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_100));
+    assert_eq!(limiter.queued_permits(), u64::MAX, "2^64, saturated");
+    assert!(format!("{limiter:?}").contains(&format!("queued_permits: {}", u64::MAX)));
+
+    // The line moves on in order, and empties.
+    assert_eq!(first.await, Ok(()));
+    assert_eq!(limiter.queued_permits(), 1 << 63);
+    drop(second);
+    assert_eq!(limiter.queued_permits(), 0);
+    assert!(!limiter.is_limited());
+}
+
+/// Requests of `u64::MAX` permits wait each for the one before to stop counting: the
+/// positions of their permits in the order of grants pass what a `u64` holds.
+#[tokio::test(start_paused = true)]
+async fn retry_after_behind_a_line_of_u64_max_requests_is_exact() {
+    let limiter = wheel(u64::MAX);
+    limiter.try_acquire(u64::MAX).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(u64::MAX));
+    let mut second = tokio_test::task::spawn(limiter.acquire(u64::MAX));
+    tokio_test::assert_pending!(first.poll());
+    tokio_test::assert_pending!(second.poll());
+    // The first is admitted at 1.1 s, the second at 2.2 s, a third request at 3.3 s.
+    assert_eq!(retry_after(limiter.try_acquire(u64::MAX)), ms(3_300));
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(3_300));
+
+    advance(ms(1_100)).await;
+    assert_eq!(first.await, Ok(()));
+    tokio_test::assert_pending!(second.poll());
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(2_200));
+    advance(ms(1_100)).await;
+    assert_eq!(second.await, Ok(()));
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_100));
+}
+
 /// Nanoseconds from `start` to now.
 fn since(start: Instant) -> u64 {
     u64::try_from((Instant::now() - start).as_nanos()).unwrap()
@@ -400,4 +477,9 @@ async fn never_more_permissive_than_the_exact_log_and_at_most_one_slot_stricter(
     }
     assert!(admissions.len() > 100 && refusals > 100);
     check_never_over(&admissions, limit, Duration::from_nanos(window)).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
+    limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(wheel(2), HOLD).await;
 }

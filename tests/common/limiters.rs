@@ -13,7 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
 
 use super::admissions::{check_never_over, hammer};
-use super::{assert_at, ms, ns, retry_after, spawn_acquire, yield_until};
+use super::{
+    assert_at, ms, ns, panic_message_of, poll_once_in, retry_after, runtime_without_a_timer,
+    spawn_acquire, yield_until, NO_TIMER_PANIC,
+};
 
 /// What the scenarios need beyond [`Limiter`]: the permits waiting in line.
 pub trait Waiting {
@@ -76,12 +79,16 @@ pub async fn is_idle_when_nothing_counts_and_nobody_waits<L: Limiter>(limiter: L
     limiter.try_acquire(2).unwrap();
     let mut waiter = tokio_test::task::spawn(limiter.acquire(1));
     tokio_test::assert_pending!(waiter.poll());
-    advance(hold * 2).await;
+    advance(hold + hold / 2).await;
     // Nothing counts any more, but somebody is in line.
     assert!(!limiter.is_idle());
+    // Admitted as of `hold`, when it fitted, not when it was polled: its permit counts
+    // until `2 * hold`.
     assert_eq!(waiter.await, Ok(()));
     assert!(!limiter.is_idle());
-    advance(hold).await;
+    advance(hold / 2 - ns(1)).await;
+    assert!(!limiter.is_idle());
+    advance(ns(1)).await;
     assert!(limiter.is_idle());
 }
 
@@ -150,6 +157,52 @@ pub fn acquire_that_must_wait_outside_a_runtime_fails_with_no_runtime<L: Limiter
     );
     assert_eq!(limiter.queued_permits(), 0);
     assert_eq!(limiter.available(), 0);
+}
+
+/// Needs a limit of 1 and a window of a minute or more; runs outside any runtime. A
+/// waiter in a runtime without a timer could never be woken: it panics on its first poll,
+/// at the head of the line or behind one waiting in another runtime, and leaves the line.
+pub fn a_waiter_in_a_runtime_without_a_timer_panics_on_its_first_poll<L: Limiter + Waiting>(
+    limiter: L,
+) {
+    let untimed = runtime_without_a_timer();
+    // Admitted at once, it needs no timer.
+    assert_eq!(untimed.block_on(limiter.acquire(1)), Ok(()));
+    let message = panic_message_of(|| poll_once_in(&untimed, limiter.acquire(1)));
+    assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    assert_eq!(limiter.queued_permits(), 0);
+
+    let timed = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(1));
+    timed.block_on(async { tokio_test::assert_pending!(head.poll()) });
+    let message = panic_message_of(|| poll_once_in(&untimed, limiter.acquire(1)));
+    assert!(message.contains(NO_TIMER_PANIC), "{message}");
+    assert_eq!(limiter.queued_permits(), 1, "only the head is left in line");
+    drop(head);
+    assert_eq!(limiter.queued_permits(), 0);
+    assert_eq!(limiter.available(), 0);
+}
+
+/// Needs a limit of 2. While the head of the line is due but not yet woken, a request
+/// that would fit behind it is refused with a `retry_after` of zero.
+pub async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken<L: Limiter>(
+    limiter: L,
+    hold: Duration,
+) {
+    limiter.try_acquire(2).unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(1));
+    tokio_test::assert_pending!(head.poll());
+    assert_eq!(retry_after(limiter.try_acquire(1)), hold);
+    advance(hold).await;
+    // The head and this request both fit now, but the head has not been polled yet.
+    assert_eq!(retry_after(limiter.try_acquire(1)), Duration::ZERO);
+    assert_eq!(head.await, Ok(()));
+    assert_eq!(limiter.try_acquire(1), Ok(()));
+    // With nobody in line, a refusal always has something to wait for.
+    assert!(retry_after(limiter.try_acquire(1)) > Duration::ZERO);
 }
 
 /// Needs a limit of 1.
@@ -293,6 +346,29 @@ pub async fn dropping_a_waiting_acquire_lets_the_next_go_and_takes_nothing<
     drop(limiter.acquire(1));
     assert_eq!(limiter.queued_permits(), 0);
     assert_eq!(limiter.available(), 1);
+}
+
+/// Needs a limit of 2. A head is admitted as of the instant it fitted, which may be
+/// past; but the waiter behind a head that gives up fits only from then on, however long
+/// ago it joined: it was not at the head before.
+pub async fn behind_a_head_that_gives_up_the_next_is_admitted_from_then_on<
+    L: Limiter + Waiting + Clone,
+>(
+    limiter: L,
+    hold: Duration,
+) {
+    let start = Instant::now();
+    limiter.try_acquire(1).unwrap();
+    let mut head = tokio_test::task::spawn(limiter.acquire(2));
+    tokio_test::assert_pending!(head.poll());
+    // One permit would have fitted all along, but the head stood first.
+    let behind = join_line(&limiter, 1).await;
+    advance(ms(500)).await;
+    drop(head);
+    assert_admitted_at(behind, start, ms(500)).await;
+    // Counted from 500 ms, not from when it joined: both permits are free again only
+    // when it stops counting.
+    assert_eq!(retry_after(limiter.try_acquire(2)), hold);
 }
 
 /// Four std threads call `try_acquire` for 300 ms of real time; the admissions, timed

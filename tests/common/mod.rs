@@ -90,3 +90,37 @@ pub fn spawn_acquire<L: token_bucket::Limiter + Clone>(
         (result, Instant::now())
     })
 }
+
+/// Where a waiter polled in a runtime without a timer panics: tokio's message, which the
+/// crate documents under `# Panics`.
+pub const NO_TIMER_PANIC: &str = "timers are disabled. Call `enable_time`";
+
+/// A current-thread runtime built without `enable_time`.
+pub fn runtime_without_a_timer() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
+/// Runs `poll` (one poll of a future, in a runtime) and returns its panic's message;
+/// fails if it did not panic.
+#[track_caller]
+pub fn panic_message_of<T: std::fmt::Debug>(poll: impl FnOnce() -> T) -> String {
+    let panic = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(poll)) {
+        Ok(value) => panic!("expected a panic, got {value:?}"),
+        Err(panic) => panic,
+    };
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+        .unwrap_or_default()
+}
+
+/// Polls `future` once inside `runtime`.
+pub fn poll_once_in<F: std::future::Future>(
+    runtime: &tokio::runtime::Runtime,
+    future: F,
+) -> std::task::Poll<F::Output> {
+    runtime.block_on(async { futures::poll!(std::pin::pin!(future)) })
+}
