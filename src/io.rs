@@ -142,6 +142,11 @@ impl TokenBucket {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
     pub fn limit_read<R: AsyncRead>(&self, reader: R) -> LimitRead<R> {
         LimitRead {
             inner: reader,
@@ -169,6 +174,11 @@ impl TokenBucket {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
     pub fn limit_write<W: AsyncWrite>(&self, writer: W) -> LimitWrite<W> {
         LimitWrite {
             inner: writer,

@@ -190,6 +190,11 @@ impl TokenBucketLayer {
     /// assert_eq!(layer.bucket().available(), 6);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
     pub fn new(bucket: TokenBucket) -> TokenBucketLayer {
         TokenBucketLayer { bucket }
     }
@@ -326,6 +331,11 @@ impl<S> TokenBucketService<S> {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
     pub fn new(inner: S, bucket: TokenBucket) -> TokenBucketService<S> {
         TokenBucketService {
             inner,

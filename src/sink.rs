@@ -59,6 +59,11 @@ impl TokenBucket {
     /// The adapter holds a handle to this bucket and waits in its FIFO queue like any
     /// other `take`. See [`ThrottleSink`] for its errors and what dropping it does.
     ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
+    ///
     /// # Examples
     ///
     /// ```

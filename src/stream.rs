@@ -69,6 +69,11 @@ impl TokenBucket {
     /// The adapter holds a handle to this bucket and waits in its FIFO queue like any
     /// other `take`. See [`Throttle`] for how it ends and what dropping it does.
     ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
+    ///
     /// # Examples
     ///
     /// ```
@@ -101,6 +106,11 @@ impl TokenBucket {
     /// passes at once without touching the bucket; a cost above the capacity (or the
     /// [queue limit](crate::Builder::queue_limit)) is taken in installments of at most
     /// that. See [`ThrottleBy`] for how it ends and what dropping it does.
+    ///
+    /// # Panics
+    ///
+    /// Polled where it must wait, inside a tokio runtime built without time (no
+    /// `enable_time`), it panics as [`TokenBucket::take`] does: nothing could ever wake it.
     ///
     /// # Examples
     ///
