@@ -2,13 +2,14 @@
 //! word that holds the window and its count together.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, nanos, Clock, NEVER};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
+use crate::sync::AtomicU64;
 use crate::turnstile::Turnstile;
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
@@ -711,7 +712,7 @@ impl Packing {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::collections::HashMap;
     use std::thread;

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use loom::future::block_on;
 use loom::thread;
@@ -17,6 +18,8 @@ use loom::thread;
 use crate::bucket::TokenBucket;
 use crate::clock::{model_time, NEVER};
 use crate::error::{TakeError, TryTakeError};
+use crate::fixed_window::FixedWindow;
+use crate::limiter::Limiter;
 use crate::queue::{Kind, Outcome, Request};
 use crate::rate::Rate;
 use crate::refill;
@@ -31,9 +34,8 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
     let counter = Arc::clone(&explored);
     loom::model(move || {
         counter.fetch_add(1, Ordering::Relaxed);
-        model_time::install();
+        let _clock = ModelClock::install();
         test();
-        model_time::uninstall();
     });
     // The test harness names each test's thread after the test.
     let name = std::thread::current()
@@ -41,6 +43,23 @@ fn model(test: impl Fn() + Sync + Send + 'static) {
         .unwrap_or("a loom test")
         .to_owned();
     println!("{name}: {} interleavings", explored.load(Ordering::Relaxed));
+}
+
+/// The model run's clock, removed when the run ends, even by a failed assertion: loom
+/// must see everything of a run dropped inside it, or the failure is lost in an abort.
+struct ModelClock;
+
+impl ModelClock {
+    fn install() -> ModelClock {
+        model_time::install();
+        ModelClock
+    }
+}
+
+impl Drop for ModelClock {
+    fn drop(&mut self) {
+        model_time::uninstall();
+    }
 }
 
 fn set_time(nanos: u64) {
@@ -200,6 +219,37 @@ fn loom_grants_follow_the_queue_order() {
         assert!(second_outcome.is_none(), "{second_outcome:?}");
         let stats = bucket.stats();
         assert_eq!((stats.taken, stats.available, stats.queued), (2, 0, 0));
+    });
+}
+
+/// The fixed window's classic race: a full window, the clock reaching the next window's
+/// edge, and two requests racing to be the one that starts it. Whichever reads the clock
+/// before the edge is refused; of those after it, exactly one starts the new window, so
+/// the new window never admits more than its limit (no double reset, no request slipping
+/// through a reset).
+#[test]
+fn loom_racing_requests_at_a_window_edge_never_pass_the_limit() {
+    model(|| {
+        let window = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+        set_time(SECOND / 2);
+        assert!(window.try_acquire(1).is_ok());
+        let window = Arc::new(window);
+        let clock = thread::spawn(|| set_time(SECOND));
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let window = Arc::clone(&window);
+                thread::spawn(move || window.try_acquire(1).is_ok())
+            })
+            .collect();
+        clock.join().unwrap();
+        let admitted = racers
+            .into_iter()
+            .map(|racer| racer.join().unwrap())
+            .filter(|&admitted| admitted)
+            .count();
+        assert!(admitted <= 1, "{admitted} admitted into a window of 1");
+        // Once both are done, the new window is full whoever filled it.
+        assert_eq!(window.available(), 1 - admitted as u64);
     });
 }
 

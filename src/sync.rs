@@ -1,5 +1,6 @@
-//! The synchronisation primitives under the bucket's core: its lock, the atomics beside
-//! it, and the oneshot channels that carry outcomes to waiters.
+//! The synchronisation primitives under the bucket's core (its lock, the atomics beside
+//! it, and the oneshot channels that carry outcomes to waiters) and under the fixed
+//! window (its one atomic word).
 //!
 //! They are named here, once, so that a model checker can stand in for them: built with
 //! `RUSTFLAGS="--cfg loom"`, these are [loom](https://docs.rs/loom)'s versions, and the
