@@ -274,7 +274,7 @@ impl State {
                 if why == Leaving::Dropped && matches!(outcome, Outcome::Granted) {
                     let consumed = request.consumes();
                     self.counters.taken = self.counters.taken.saturating_sub(consumed);
-                    self.put_back(consumed, now);
+                    self.return_unseen(consumed, now);
                 }
                 Some(outcome)
             }
@@ -307,7 +307,7 @@ impl State {
     pub(crate) fn undelivered(&mut self, tokens: u64, now: u64) {
         let now = self.serve(now);
         self.counters.taken = self.counters.taken.saturating_sub(tokens);
-        self.put_back(tokens, now);
+        self.return_unseen(tokens, now);
     }
 
     fn deliver_under_lock(&mut self, now: u64) {
@@ -332,8 +332,18 @@ impl State {
         self.put_back(tokens, now);
     }
 
-    /// Adds tokens, never above the capacity, and serves whoever they complete. Capping
-    /// here is right even with waiters queued: the ledger is already at `now`.
+    /// Returns a grant nobody saw and serves whoever it completes. Not capped while
+    /// others wait: the tokens were taken on the schedule for the queue, and the next in
+    /// line may already hold tokens that accrued since, which a cap would throw away.
+    /// `serve` caps once nobody waits.
+    fn return_unseen(&mut self, tokens: u64, now: u64) {
+        self.ledger.give_back(tokens);
+        self.serve(now);
+    }
+
+    /// Adds refunded tokens, never above the capacity, and serves whoever they complete.
+    /// Capping here is right even with waiters queued: the ledger is already at `now`, and
+    /// a refund never makes a burst larger than the capacity.
     fn put_back(&mut self, tokens: u64, now: u64) {
         self.ledger.give_back(tokens);
         self.ledger.cap(self.capacity);

@@ -179,3 +179,25 @@ fn tokens_counted_taken_are_exactly_those_callers_saw_under_races() {
         assert_eq!(stats.queued, 0);
     });
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_while_others_wait_loses_none_to_the_cap() {
+    // Capacity 2 at 1 per second. `first` is granted its 2 tokens at 2 s but never polled
+    // again; `second` waits behind it for 2. At 3.5 s, `first` is dropped: its 2 tokens go
+    // back while the 1 token accrued since is already held for `second`. `second` is
+    // served at once, and that 1 token must still be there, not capped away.
+    let bucket = empty_bucket(Rate::per_second(1), 2);
+    let start = Instant::now();
+    let mut first = tokio_test::task::spawn(bucket.take(2));
+    tokio_test::assert_pending!(first.poll());
+    let second = tokio::spawn(bucket.take(2));
+    yield_until(|| bucket.queued() == 2).await;
+    tokio::time::sleep(ms(3_500)).await;
+    assert!(first.is_woken(), "the grant was delivered at 2 s");
+    assert_eq!(bucket.queued(), 1);
+    drop(first);
+    assert_eq!(second.await.unwrap(), Ok(()));
+    assert_now(start, ms(3_500));
+    assert_eq!(bucket.available(), 1);
+    assert_eq!(bucket.stats().taken, 2);
+}

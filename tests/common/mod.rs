@@ -3,6 +3,8 @@
 
 pub mod admissions;
 pub mod limiters;
+pub mod lockstep;
+pub mod model;
 
 use std::time::Duration;
 use tokio::time::Instant;
