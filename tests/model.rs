@@ -3,9 +3,10 @@
 //! after every step (`common/lockstep.rs`); and a conservation check under saturating
 //! demand that needs no model at all.
 //!
-//! Each property runs `PROPTEST_CASES` cases (1024 by default): for a longer search,
-//! `PROPTEST_CASES=20000 cargo test --release --test model`. A failure prints the smallest
-//! sequence of operations that still fails.
+//! Each property runs `PROPTEST_CASES` cases (1,024 by default, about 2 s in debug): for
+//! a longer search, `PROPTEST_CASES=100000 cargo test --test model` (about 4 minutes). A
+//! failure prints the smallest sequence of operations that still fails, and is kept in
+//! `tests/model.proptest-regressions` to be tried first next time.
 
 mod common;
 
@@ -18,7 +19,7 @@ use common::lockstep::{
 };
 use common::model::{Kind, Model, ModelRate, Setup, Status, NO_DEADLINE};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
 use token_bucket::{TakeError, TokenBucket};
 use tokio::time::Instant;
 
@@ -33,6 +34,11 @@ fn config() -> Config {
         .unwrap_or(DEFAULT_CASES);
     Config {
         cases,
+        // A failing case is kept in `tests/model.proptest-regressions` and tried first
+        // on every later run.
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
         source_file: Some(file!()),
         ..Config::default()
     }
