@@ -67,51 +67,41 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+// One folder per concept; each folder's `mod.rs` says what it holds and what it uses.
 mod bucket;
-mod builder;
+mod throttle;
+mod window;
+
+// The foundations every room uses.
 mod clock;
 mod error;
-mod fixed_window;
-mod future;
-#[cfg(feature = "io")]
-pub mod io;
-mod keyed;
-mod ledger;
-mod limiter;
-mod queue;
 mod rate;
+mod sync;
+
+// What ties the rooms together: one trait for every limiter, and a limiter per key.
+mod keyed;
+mod limiter;
+
 // The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.
 #[cfg(feature = "redis")]
 #[clippy::msrv = "1.88"]
 pub mod redis;
-mod refill;
-mod ring;
+
+#[cfg(feature = "io")]
+pub use throttle::io;
 #[cfg(feature = "tower")]
-pub mod service;
-pub mod sink;
-mod sliding;
-mod sliding_log;
-mod sliding_window;
-mod state;
-mod stats;
-pub mod stream;
-mod sync;
-mod turnstile;
+pub use throttle::service;
+pub use throttle::{sink, stream};
 
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-pub use bucket::{Closed, TokenBucket};
-pub use builder::Builder;
+pub use bucket::{Builder, Closed, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout};
 pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
-pub use fixed_window::FixedWindow;
-pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
-pub use sliding_log::SlidingLog;
-pub use sliding_window::SlidingWindow;
-pub use stats::Stats;
+pub use window::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// The README's examples, compiled and run as doc tests so they stay true. Some use the
 /// optional features, so they run with all of them on (as the README's test command does).

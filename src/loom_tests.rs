@@ -4,7 +4,7 @@
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" cargo test --lib --release loom_`. Under `--cfg loom` the lock,
-//! the atomics and the oneshot channels are loom's (see `sync.rs`), the clock stands
+//! the atomics and the oneshot channels are loom's (see `sync/mod.rs`), the clock stands
 //! still at what each test sets, and there is no tokio runtime: a modelled thread calling
 //! the refill task's own `serve_and_plan` plays the refill task.
 
@@ -15,15 +15,15 @@ use std::time::Duration;
 use loom::future::block_on;
 use loom::thread;
 
+use crate::bucket::queue::{Kind, Outcome, Request};
+use crate::bucket::refill;
+use crate::bucket::state::Leaving;
 use crate::bucket::TokenBucket;
 use crate::clock::{model_time, NEVER};
 use crate::error::{TakeError, TryTakeError};
-use crate::fixed_window::FixedWindow;
 use crate::limiter::Limiter;
-use crate::queue::{Kind, Outcome, Request};
 use crate::rate::Rate;
-use crate::refill;
-use crate::state::Leaving;
+use crate::window::FixedWindow;
 
 const SECOND: u64 = 1_000_000_000;
 

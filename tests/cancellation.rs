@@ -139,7 +139,7 @@ async fn random_cancellations_conserve_every_token() {
 /// granted (outcomes are sent after the bucket's lock is released, so some grants are on
 /// their way when their waiter leaves), every token the bucket counts as taken was seen by
 /// a caller. Real time, but nothing here depends on how fast the machine is. (The exact
-/// interleaving of a grant in flight is pinned down by a unit test in `state.rs`.)
+/// interleaving of a grant in flight is pinned down by a unit test in `src/bucket/state.rs`.)
 #[test]
 fn tokens_counted_taken_are_exactly_those_callers_saw_under_races() {
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -14,10 +14,10 @@ use futures::future::FusedFuture;
 use pin_project::pin_project;
 use tokio::time::{sleep_until, Sleep};
 
+use crate::bucket::queue::{Outcome, Request, WaiterId};
+use crate::bucket::state::Leaving;
 use crate::bucket::TokenBucket;
 use crate::error::TakeError;
-use crate::queue::{Outcome, Request, WaiterId};
-use crate::state::Leaving;
 use crate::sync::oneshot;
 
 /// Where a request stands.

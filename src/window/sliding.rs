@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
-use crate::turnstile::Turnstile;
+use crate::window::turnstile::Turnstile;
 
 /// The grants of one sliding limiter, behind its lock.
 ///

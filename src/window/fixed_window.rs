@@ -10,7 +10,7 @@ use crate::clock::{duration_from_nanos, nanos, Clock, NEVER};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::sync::AtomicU64;
-use crate::turnstile::Turnstile;
+use crate::window::turnstile::Turnstile;
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
 /// window number keeps at least 32.

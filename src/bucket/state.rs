@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
+use crate::bucket::ledger::Ledger;
+use crate::bucket::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
+use crate::bucket::stats::Stats;
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
-use crate::ledger::Ledger;
-use crate::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::rate::Rate;
-use crate::stats::Stats;
 use crate::sync::oneshot;
 
 /// What the bucket's settings are when it is made.
@@ -93,7 +93,7 @@ pub(crate) struct State {
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
     /// Outcomes decided but not yet sent; whoever holds the lock sends them after
-    /// releasing it (see [`Shared::deliver`](crate::bucket::Shared::deliver)).
+    /// releasing it (see [`Shared::deliver`](crate::bucket::handle::Shared::deliver)).
     deliveries: Vec<Delivery>,
 }
 
@@ -464,7 +464,7 @@ fn received_on_leaving(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outc
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::queue::Kind;
+    use crate::bucket::queue::Kind;
 
     const SECOND: u64 = 1_000_000_000;
 

@@ -18,10 +18,10 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::bucket::Shared;
+use crate::bucket::handle::Shared;
+use crate::bucket::queue::Delivery;
+use crate::bucket::state::State;
 use crate::error::TakeError;
-use crate::queue::Delivery;
-use crate::state::State;
 
 /// Makes sure a refill task runs for `shared` before a waiter queues on it, starting one
 /// on the current runtime if there is none (or its runtime shut down).

@@ -48,9 +48,8 @@ use std::task::{ready, Context, Poll};
 use futures::sink::Sink;
 use pin_project::pin_project;
 
-use crate::bucket::TokenBucket;
+use crate::bucket::{Take, TokenBucket};
 use crate::error::TakeError;
-use crate::future::Take;
 
 impl TokenBucket {
     /// Throttles `sink`: each item sent costs one token, reserved in `poll_ready` before

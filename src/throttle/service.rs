@@ -141,9 +141,8 @@ use std::task::{ready, Context, Poll};
 use pin_project::pin_project;
 use tower::{BoxError, Layer, Service};
 
-use crate::bucket::TokenBucket;
+use crate::bucket::{Take, TokenBucket};
 use crate::error::TakeError;
-use crate::future::Take;
 
 /// A tower [`Layer`] that rate-limits the services it wraps through one shared
 /// [`TokenBucket`], one token per request.

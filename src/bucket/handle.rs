@@ -13,15 +13,15 @@ use futures::future::{FusedFuture, FutureExt, Shared as SharedFuture};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-use crate::builder::Builder;
+use crate::bucket::builder::Builder;
+use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
+use crate::bucket::queue::{Delivery, Kind, Outcome, Request, WaiterId};
+use crate::bucket::refill;
+use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::stats::Stats;
 use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
-use crate::future::{Take, TakeTimeout, Wait, WaitTimeout};
-use crate::queue::{Delivery, Kind, Outcome, Request, WaiterId};
 use crate::rate::Rate;
-use crate::refill;
-use crate::state::{Admission, Leaving, Settings, State};
-use crate::stats::Stats;
 use crate::sync::{oneshot, AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.

@@ -108,9 +108,8 @@ use std::task::{ready, Context, Poll};
 use pin_project::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::bucket::TokenBucket;
+use crate::bucket::{Take, TokenBucket};
 use crate::error::TakeError;
-use crate::future::Take;
 
 /// The most bytes a [`LimitRead`] reads from its inner reader at once, and so the most it
 /// buffers: 64 KiB. Pieces are smaller when the caller's buffer, the bucket's capacity or

@@ -59,9 +59,8 @@ use std::task::{ready, Context, Poll};
 use futures::stream::{FusedStream, Stream};
 use pin_project::pin_project;
 
-use crate::bucket::{Closed, TokenBucket};
+use crate::bucket::{Closed, Take, TokenBucket};
 use crate::error::TakeError;
-use crate::future::Take;
 
 impl TokenBucket {
     /// Throttles `stream`: each item costs one token, taken before the item is yielded.

@@ -1,9 +1,9 @@
 //! [`Builder`]: every setting of a [`TokenBucket`], checked at once by `build`.
 
+use crate::bucket::state::Settings;
 use crate::bucket::TokenBucket;
 use crate::error::ConfigError;
 use crate::rate::Rate;
-use crate::state::Settings;
 
 /// Settings for a [`TokenBucket`], from [`TokenBucket::builder`].
 ///

@@ -20,8 +20,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::ring;
-use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
+use crate::window::ring;
+use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
 
 /// A sliding-window limiter with memory bounded by its slots, not its limit: a time
 /// wheel of `slots` slots of `slot_duration`, admitting at most `limit` permits per
@@ -397,7 +397,7 @@ impl Tally for Wheel {
 mod tests {
     use std::time::Duration;
 
-    use crate::sliding::testing::{
+    use crate::window::sliding::testing::{
         assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
     };
     use crate::SlidingWindow;

@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::ring;
-use crate::sliding::{impl_limiter, Settings, Sliding, Tally};
+use crate::window::ring;
+use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
 
 /// The exact sliding-window limiter: at most `limit` permits in **any** interval of
 /// length `window`.
@@ -302,7 +302,7 @@ impl Tally for Log {
 mod tests {
     use std::time::Duration;
 
-    use crate::sliding::testing::{
+    use crate::window::sliding::testing::{
         assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
     };
     use crate::SlidingLog;

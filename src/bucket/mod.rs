@@ -1,0 +1,30 @@
+//! The token bucket: [`TokenBucket`] and everything behind it.
+//!
+//! A request goes down through these files in order:
+//! - `handle.rs`: [`TokenBucket`], the cheap-to-clone handle, and the state its clones
+//!   share (the lock, and the atomic copies the adapters read without it).
+//! - `builder.rs`: [`Builder`], every setting checked at once.
+//! - `future.rs`: [`Take`], [`TakeTimeout`], [`Wait`] and [`WaitTimeout`], the futures
+//!   of requests that must queue.
+//! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
+//! - `ledger.rs`: the exact token arithmetic, in integers.
+//! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
+//! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
+//! - `stats.rs`: [`Stats`], a snapshot of the counters.
+//!
+//! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim.
+//! Nothing here knows of windows, adapters or keys.
+
+mod builder;
+mod future;
+mod handle;
+mod ledger;
+pub(crate) mod queue;
+pub(crate) mod refill;
+pub(crate) mod state;
+mod stats;
+
+pub use builder::Builder;
+pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub use handle::{Closed, TokenBucket};
+pub use stats::Stats;
