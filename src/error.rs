@@ -221,7 +221,7 @@ pub enum ConfigError {
     /// integer Redis's Lua counts exactly.
     UnsupportedRate {
         /// The rate asked for.
-        rate: crate::Rate,
+        rate: crate::rate::Rate,
         /// The capacity asked for.
         capacity: u64,
         /// The largest capacity accepted at this rate (zero when the rate itself is too

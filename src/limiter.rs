@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
+use crate::bucket::TokenBucket;
 use crate::error::{AcquireError, TakeError, TryAcquireError, TryTakeError};
-use crate::TokenBucket;
 
 /// A rate limiter: [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
 /// [`SlidingLog`](crate::SlidingLog) or [`SlidingWindow`](crate::SlidingWindow).

@@ -10,7 +10,7 @@ use super::algorithm::sealed::Algorithm;
 use super::scripts::limiter_script;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
-use crate::Rate;
+use crate::rate::Rate;
 
 static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| limiter_script(include_str!("lua/token_bucket.lua")));

@@ -305,7 +305,7 @@ mod tests {
     use crate::window::sliding::testing::{
         assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
     };
-    use crate::SlidingLog;
+    use crate::window::SlidingLog;
 
     /// Two permits per 1.5 ms: the head is due every 1.5 ms, between the timer's 1 ms
     /// ticks. Each admission is recorded at the instant it fitted, so the waiters are

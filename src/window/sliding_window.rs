@@ -400,7 +400,7 @@ mod tests {
     use crate::window::sliding::testing::{
         assert_never_over, assert_served_on_time, grants, line_of, line_of_ones, mixed_sizes,
     };
-    use crate::SlidingWindow;
+    use crate::window::SlidingWindow;
 
     /// One permit per 100 µs, in 10 slots of 10 µs: a permit counts 110 µs (its slot and
     /// ten more), so the head is due every 110 µs, ten times between two of the timer's
