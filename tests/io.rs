@@ -990,3 +990,51 @@ async fn a_writer_blocked_by_a_slow_peer_holds_no_tokens() {
     assert_eq!(stats.taken - stats.refunded, 10 + 90 + 10);
     assert_eq!((stats.available, stats.queued), (40, 0));
 }
+
+/// Streams and byte I/O pay by one installment rule (`min(cost, capacity, queue limit)`,
+/// a limit of 0 bounding nothing): with the same bucket, an item and a write of the same
+/// cost get the same answer. At a queue limit of 0 a cost the bucket holds is served at
+/// once in one `take`, and one it does not hold is refused before it takes a token.
+#[tokio::test(start_paused = true)]
+async fn streams_and_byte_io_pay_by_one_installment_rule_at_queue_limit_zero() {
+    use futures::StreamExt;
+
+    let full = TakeError::QueueFull {
+        queued: 0,
+        limit: 0,
+    };
+    for cost in [3u64, 4] {
+        let fresh = || {
+            TokenBucket::builder()
+                .rate(Rate::per_hour(1))
+                .capacity(10)
+                .initial(3)
+                .queue_limit(0)
+                .build()
+                .unwrap()
+        };
+        let bucket = fresh();
+        let mut items = bucket.throttle_by(futures::stream::iter([cost]), |&cost| cost);
+        let item = items.next().await;
+        let stream_stats = bucket.stats();
+
+        let bucket = fresh();
+        let mut writer = bucket.limit_write(Vec::new());
+        let cost_bytes = usize::try_from(cost).unwrap();
+        let written = writer.write(&vec![7; cost_bytes]).await;
+        let write_stats = bucket.stats();
+
+        if cost <= 3 {
+            assert_eq!(item, Some(cost));
+            assert_eq!(written.unwrap(), cost_bytes);
+        } else {
+            assert_eq!(item, None);
+            assert_eq!(items.end_reason(), Some(full));
+            assert_take_error(&written.unwrap_err(), full, "the queue is full");
+        }
+        for stats in [stream_stats, write_stats] {
+            let taken = if cost <= 3 { cost } else { 0 };
+            assert_eq!((stats.taken, stats.refunded), (taken, 0), "cost {cost}");
+        }
+    }
+}

@@ -420,9 +420,10 @@ async fn a_queue_limit_below_the_cost_and_the_capacity_delays_in_proportion() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_queue_limit_of_zero_still_serves_from_the_tokens_held() {
-    // A limit of 0 lets nothing wait; installments of 1 still pass when the tokens are
-    // there, and the item the bucket cannot pay for at once is kept.
+async fn a_queue_limit_of_zero_serves_an_item_at_once_or_refuses_it_taking_nothing() {
+    // A limit of 0 lets nothing wait: an item whose tokens are there is paid in one
+    // installment, and one that cannot be paid at once is refused before it takes any
+    // token, and kept.
     let bucket = TokenBucket::builder()
         .rate(Rate::per_hour(1))
         .capacity(10)
@@ -443,8 +444,8 @@ async fn a_queue_limit_of_zero_still_serves_from_the_tokens_held() {
         })
     );
     let stats = bucket.stats();
-    // The second item paid 1 of its 2, refunded when it was refused.
-    assert_eq!((stats.taken, stats.refunded, stats.available), (3, 1, 1));
+    // The second item took nothing, so there was nothing to refund.
+    assert_eq!((stats.taken, stats.refunded, stats.available), (2, 0, 1));
     let (rest, held) = throttled.into_parts();
     assert_eq!(held, Some(2));
     assert_eq!(rest.collect::<Vec<_>>().await, [1]);

@@ -110,6 +110,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::bucket::{Take, TokenBucket};
 use crate::error::TakeError;
+use crate::throttle::installment::installment;
 
 /// The most bytes a [`LimitRead`] reads from its inner reader at once, and so the most it
 /// buffers: 64 KiB. Pieces are smaller when the caller's buffer, the bucket's capacity or
@@ -593,15 +594,10 @@ impl Budget {
         }
     }
 
-    /// The most bytes of `len` (at least one) that one `take` may pay for: no more than the
-    /// capacity, which is all a `take` can ever be granted, and no more than the queue
-    /// limit, which is all it can ever queue for. A limit of zero is ignored: nothing may
-    /// queue, whatever the size, so a piece is then served at once or fails.
+    /// The most bytes of `len` (at least one) that one `take` may pay for: the crate's one
+    /// [installment rule](installment), in bytes.
     fn piece(&self, len: usize) -> usize {
-        let mut tokens = to_u64(len).min(self.bucket.capacity());
-        if let Some(limit) = self.bucket.queue_limit().filter(|&limit| limit > 0) {
-            tokens = tokens.min(limit);
-        }
+        let tokens = installment(&self.bucket, to_u64(len));
         usize::try_from(tokens).map_or(len, |tokens| tokens.min(len))
     }
 

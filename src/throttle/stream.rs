@@ -34,7 +34,9 @@
 //!    and [queue limit](crate::Builder::queue_limit), so an item costing more than a
 //!    bucketful is delayed in proportion rather than refused, and the adapter alone never
 //!    trips the limit. Being an ordinary `take`, each installment waits in the same FIFO
-//!    queue as every other user of the bucket.
+//!    queue as every other user of the bucket. With a queue limit of 0 nothing may wait,
+//!    so an installment is served at once, in full, or refused before it takes anything;
+//!    byte I/O pays by the same rule.
 //! 3. Once paid, it yields the item. Items come out in the order they went in.
 //!
 //! While the inner stream has nothing to say, the adapter also listens for the bucket's
@@ -61,6 +63,7 @@ use pin_project::pin_project;
 
 use crate::bucket::{Closed, Take, TokenBucket};
 use crate::error::TakeError;
+use crate::throttle::installment::installment;
 
 impl TokenBucket {
     /// Throttles `stream`: each item costs one token, taken before the item is yielded.
@@ -221,20 +224,9 @@ impl Toll {
                 self.paid = 0;
                 return Poll::Ready(Ok(()));
             }
-            let tokens = self.installment_size();
+            let tokens = installment(&self.bucket, self.owed);
             self.installment = Some((self.bucket.take(tokens), tokens));
         }
-    }
-
-    /// The next installment: what is owed, but no more than the bucket's capacity nor its
-    /// queue limit (at least 1, so that with a limit of 0 a bucket holding the tokens still
-    /// serves them). Both are read afresh each time: the capacity may have changed.
-    fn installment_size(&self) -> u64 {
-        let limit = self
-            .bucket
-            .queue_limit()
-            .map_or(u64::MAX, |limit| limit.max(1));
-        self.owed.min(self.bucket.capacity()).min(limit)
     }
 
     /// Whether the bucket has closed, registering to be woken when it does.
@@ -279,7 +271,9 @@ impl Drop for Toll {
 /// [queue limit](crate::Builder::queue_limit) (both read afresh for each installment, and
 /// an installment refused because the capacity was lowered meanwhile is retried at the new
 /// capacity). So a cost above either is delayed in proportion, never refused, and the
-/// adapter on its own never fills the queue past its limit. Installments wait in the
+/// adapter on its own never fills the queue past its limit. A queue limit of 0 does not
+/// shrink installments: nothing may wait, so each is served at once, in full, or refused
+/// ([`TakeError::QueueFull`]) having taken nothing. Installments wait in the
 /// bucket's FIFO queue like any other [`take`](TokenBucket::take), so other users of the
 /// bucket can be served between them.
 ///
