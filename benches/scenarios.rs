@@ -61,10 +61,11 @@
 //!
 //! # How the numbers are taken
 //!
-//! CPU time is the sum, over the process's threads, of the first field of
-//! `/proc/self/task/<tid>/schedstat` (nanoseconds on a CPU; no libc crate is needed). All
-//! the threads a scenario uses live until it reports, so nothing is lost to threads that
-//! exit. As a cross-check, `utime + stime` from `/proc/self/stat` is read too, in clock
+//! The readings come from `benches/support/process.rs`, shared with the other programs
+//! that measure themselves. CPU time is the sum, over the process's threads, of the first
+//! field of `/proc/self/task/<tid>/schedstat` (nanoseconds on a CPU; no libc crate is
+//! needed). All the threads a scenario uses live until it reports, so nothing is lost to
+//! threads that exit. As a cross-check, `utime + stime` from `/proc/self/stat` is read too, in clock
 //! ticks of `getconf CLK_TCK` (asked once by the parent; 100 is assumed if that fails): a
 //! child warns on stderr if the two disagree by more than 20 ms plus 5 %, and falls back to
 //! the tick count if `schedstat` cannot be read. Memory is `VmRSS` and `VmHWM` from
@@ -91,9 +92,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use governor::{DefaultDirectRateLimiter, Quota};
+use process::{getconf_clk_tck, status_bytes, CpuMeter, CLK_TCK_ENV, MIB};
 use token_bucket::{Rate, TokenBucket};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
+
+#[path = "support/process.rs"]
+mod process;
 
 /// Real-time limit of every child process.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -116,8 +121,6 @@ const CANCEL_LIMIT: Duration = Duration::from_secs(5);
 
 const IDLE_BUCKETS: usize = 10_000;
 const IDLE_FOR: Duration = Duration::from_secs(5);
-
-const CLK_TCK_ENV: &str = "SCENARIOS_CLK_TCK";
 
 // ---------------------------------------------------------------------------------------
 // The three limiters behind one interface.
@@ -569,91 +572,6 @@ fn idle<L: Limiter>() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Process figures from /proc.
-// ---------------------------------------------------------------------------------------
-
-const MIB: f64 = 1024.0 * 1024.0;
-
-/// CPU time of the whole process: schedstat summed over its threads, with the
-/// `/proc/self/stat` tick count beside it as a cross-check.
-struct CpuMeter {
-    schedstat: Option<u64>,
-    ticks: u64,
-}
-
-impl CpuMeter {
-    fn start() -> CpuMeter {
-        CpuMeter {
-            schedstat: schedstat_ns(),
-            ticks: stat_cpu_ns(),
-        }
-    }
-
-    /// CPU nanoseconds used since `start`.
-    fn elapsed_ns(&self) -> u64 {
-        let ticks = stat_cpu_ns().saturating_sub(self.ticks);
-        let Some(start) = self.schedstat else {
-            return ticks;
-        };
-        let Some(now) = schedstat_ns() else {
-            return ticks;
-        };
-        let precise = now.saturating_sub(start);
-        let tolerance = 20_000_000 + precise / 20;
-        if precise.abs_diff(ticks) > tolerance {
-            eprintln!(
-                "    warning: schedstat says {:.3} s of CPU, /proc/self/stat {:.3} s",
-                precise as f64 / 1e9,
-                ticks as f64 / 1e9
-            );
-        }
-        precise
-    }
-}
-
-/// Nanoseconds on a CPU, summed over the process's live threads.
-fn schedstat_ns() -> Option<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = entry.ok()?.path().join("schedstat");
-        // A thread may end between listing and reading; it then counts nothing.
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
-}
-
-/// `utime + stime` of the process, from `/proc/self/stat`, in nanoseconds.
-fn stat_cpu_ns() -> u64 {
-    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces), starting at field 3.
-    let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> u64 { fields.get(n - 3).and_then(|f| f.parse().ok()).unwrap_or(0) };
-    let ticks = field(14) + field(15);
-    ticks * 1_000_000_000 / clock_ticks()
-}
-
-fn clock_ticks() -> u64 {
-    std::env::var(CLK_TCK_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or(100)
-}
-
-/// A `kB` line of `/proc/self/status`, in bytes.
-fn status_bytes(key: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-// ---------------------------------------------------------------------------------------
 // The child: one scenario for one crate, reporting one line.
 // ---------------------------------------------------------------------------------------
 
@@ -777,21 +695,6 @@ fn run_child(exe: &std::path::Path, scenario: &str, krate: Crate, clk_tck: u64) 
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
     Outcome::Done(fields)
-}
-
-fn getconf_clk_tck() -> (u64, bool) {
-    let asked = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .filter(|&t| t > 0);
-    match asked {
-        Some(ticks) => (ticks, true),
-        None => (100, false),
-    }
 }
 
 type Results = BTreeMap<(&'static str, Crate), Outcome>;
