@@ -1,6 +1,8 @@
 //! Scenario benchmarks (issue 4): this crate's [`TokenBucket`] side by side with
 //! `governor` and `leaky-bucket`, configured to the same rate and burst, each scenario run
-//! in a process of its own so that CPU and memory figures do not mix.
+//! in a process of its own so that CPU and memory figures do not mix. A fourth column,
+//! *governor on tokio's clock*, is a baseline rather than a peer (see the end of this
+//! comment).
 //!
 //! # Running
 //!
@@ -11,7 +13,7 @@
 //!
 //! Without a scenario argument the binary re-executes itself once per (scenario, crate)
 //! as `scenarios run <scenario> <crate>`, reads the one `RESULT key=value ...` line each
-//! child prints on stdout, and prints a markdown table with the three crates side by side
+//! child prints on stdout, and prints a markdown table with the crates side by side
 //! and the issue's target ("what we want") for reference. Progress goes to stderr.
 //! Arguments starting with `--` (cargo passes `--bench`) are ignored.
 //!
@@ -80,6 +82,14 @@
 //! `max` is the burst (never below `refill` in these scenarios), `initial` is 0 and it is
 //! fair. governor is `Quota::per_second(r).allow_burst(burst)`, and since it starts full
 //! its whole burst is taken once with `check_n` so it starts empty like the others.
+//!
+//! *governor on tokio's clock* is the same governor limiter built on tokio's clock
+//! (`benches/support/governor_on_tokio.rs`), so paused time drives it as it drives ours
+//! and leaky-bucket, and it runs on paused time where they do. governor's `until_ready`
+//! sleeps on `futures-timer`, in real time, which paused time would not move; so its take
+//! here is `check_n` and, when refused, a sleep on tokio's timer until the instant governor
+//! names, then again. It shows what governor's algorithm does on the clock this crate must
+//! read; the table's last column still compares ours with governor and leaky-bucket only.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -91,12 +101,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use governor::{DefaultDirectRateLimiter, Quota};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use process::{getconf_clk_tck, status_bytes, CpuMeter, CLK_TCK_ENV, MIB};
 use token_bucket::{Rate, TokenBucket};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 
+#[path = "support/governor_on_tokio.rs"]
+mod governor_on_tokio;
 #[path = "support/process.rs"]
 mod process;
 
@@ -167,14 +182,8 @@ impl Limiter for Governor {
     const TOKIO_CLOCK: bool = false;
 
     fn empty(rate: u64, burst: u64) -> Self {
-        let quota = Quota::per_second(non_zero(rate)).allow_burst(non_zero(burst));
-        let limiter = governor::RateLimiter::direct(quota);
-        // governor starts full; take the whole burst so that it starts empty.
-        limiter
-            .check_n(non_zero(burst))
-            .expect("the burst fits the quota")
-            .expect("a new governor limiter is full");
-        Governor(Arc::new(limiter))
+        let limiter = governor::RateLimiter::direct(governor_quota(rate, burst));
+        Governor(Arc::new(emptied(limiter, burst)))
     }
 
     async fn take(&self, tokens: u32) {
@@ -184,6 +193,48 @@ impl Limiter for Governor {
             Some(n) => self.0.until_n_ready(n).await.expect("within the burst"),
         }
     }
+}
+
+/// governor's limiter on tokio's clock (`support/governor_on_tokio.rs`): what governor's
+/// algorithm does on the clock ours reads, paused time included.
+#[derive(Clone)]
+struct GovernorTokio(Arc<governor_on_tokio::TokioGovernor>);
+
+impl Limiter for GovernorTokio {
+    const TOKIO_CLOCK: bool = true;
+
+    fn empty(rate: u64, burst: u64) -> Self {
+        let limiter = governor_on_tokio::direct(governor_quota(rate, burst));
+        GovernorTokio(Arc::new(emptied(limiter, burst)))
+    }
+
+    /// governor's `until_n_ready`, but asleep on tokio's timer: governor's own sleeps on
+    /// `futures-timer`, in real time, during which paused time would not move.
+    async fn take(&self, tokens: u32) {
+        let Some(n) = NonZeroU32::new(tokens) else {
+            return;
+        };
+        while let Err(not_until) = self.0.check_n(n).expect("within the burst") {
+            tokio::time::sleep_until(not_until.earliest_possible().0).await;
+        }
+    }
+}
+
+/// governor's quota for `rate` per second, holding `burst`.
+fn governor_quota(rate: u64, burst: u64) -> Quota {
+    Quota::per_second(non_zero(rate)).allow_burst(non_zero(burst))
+}
+
+/// governor starts full: takes its whole `burst` so that it starts empty like the others.
+fn emptied<C: Clock>(
+    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    burst: u64,
+) -> RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>> {
+    limiter
+        .check_n(non_zero(burst))
+        .expect("the burst fits the quota")
+        .expect("a new governor limiter is full");
+    limiter
 }
 
 #[derive(Clone)]
@@ -242,16 +293,23 @@ fn to_usize(n: u64) -> usize {
 enum Crate {
     Ours,
     Governor,
+    GovernorTokio,
     Leaky,
 }
 
 impl Crate {
-    const ALL: [Crate; 3] = [Crate::Ours, Crate::Governor, Crate::Leaky];
+    const ALL: [Crate; 4] = [
+        Crate::Ours,
+        Crate::Governor,
+        Crate::GovernorTokio,
+        Crate::Leaky,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Crate::Ours => "ours",
             Crate::Governor => "governor",
+            Crate::GovernorTokio => "governor-tokio-clock",
             Crate::Leaky => "leaky-bucket",
         }
     }
@@ -620,6 +678,7 @@ fn child(scenario_name: &str, crate_name: &str) -> ExitCode {
     match krate {
         Crate::Ours => run_scenario::<Ours>(kind),
         Crate::Governor => run_scenario::<Governor>(kind),
+        Crate::GovernorTokio => run_scenario::<GovernorTokio>(kind),
         Crate::Leaky => run_scenario::<Leaky>(kind),
     }
     report_and_exit();
@@ -1011,9 +1070,10 @@ impl Metric {
 
 fn print_table(results: &Results) {
     println!(
-        "| Scenario | ours (token-bucket) | governor 0.10 | leaky-bucket 1.1 | what we want | ours meets it |"
+        "| Scenario | ours (token-bucket) | governor 0.10 | governor 0.10 on tokio's clock \
+         | leaky-bucket 1.1 | what we want | ours meets it |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (metric, label, want) in METRICS {
         let scenario = metric.scenario();
         if !Crate::ALL
@@ -1027,10 +1087,11 @@ fn print_table(results: &Results) {
             .map(|&krate| metric.cell(results.get(&(scenario, krate))))
             .collect();
         println!(
-            "| {label} | {} | {} | {} | {want} | {} |",
+            "| {label} | {} | {} | {} | {} | {want} | {} |",
             cells[0],
             cells[1],
             cells[2],
+            cells[3],
             metric.verdict(results)
         );
     }
@@ -1094,10 +1155,13 @@ fn parent(filters: &[String]) -> ExitCode {
          CPU: schedstat summed over threads (CLK_TCK {clk_tck}{} for the cross-check). \
          Precision runs: 8 tasks, multi-thread runtime with 2 workers, real time. \
          Waiters: paused time (governor runs in real time regardless). \
-         Fairness: paused time for ours and leaky-bucket, real time for governor. \
+         Fairness: paused time for ours, leaky-bucket and governor on tokio's clock, real time \
+         for governor. \
          Cancellation: real time for all; abandon-1m: paused time. \
          Idle buckets: real time, multi-thread runtime. leaky-bucket: refill r/gcd(r,1000) every \
-         1000/gcd(r,1000) ms, max = burst, fair.",
+         1000/gcd(r,1000) ms, max = burst, fair. governor on tokio's clock: governor's \
+         limiter reading tokio's clock, waiting on tokio's timer until the instant it names; \
+         a baseline, not counted among the peers in the last column.",
         runs.len(),
         elapsed.as_secs_f64(),
         load_average(),
