@@ -39,6 +39,9 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use token_bucket::{FixedWindow, Keyed, Limiter, Rate, SlidingLog, TokenBucket};
 
+#[path = "support/process.rs"]
+mod process;
+
 /// Counts the bytes allocated and not yet freed, and the allocations made.
 struct CountingAllocator;
 
@@ -105,26 +108,8 @@ fn usage() -> Usage {
     Usage {
         heap: LIVE_BYTES.load(Ordering::Relaxed),
         allocations: ALLOCATIONS.load(Ordering::Relaxed),
-        rss: rss_bytes(),
+        rss: isize::try_from(process::status_bytes("VmRSS")).unwrap_or(isize::MAX),
     }
-}
-
-/// The process's resident memory, from `VmRSS` in `/proc/self/status`; 0 where there is
-/// none (not Linux).
-fn rss_bytes() -> isize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| {
-            value
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<isize>()
-                .ok()
-        })
-        .map_or(0, |kilobytes| kilobytes * 1024)
 }
 
 /// Prints what was added since `before`, per item.

@@ -11,7 +11,10 @@
 //!
 //! Criterion prints one `time: [low estimate high]` line per benchmark, and keeps the
 //! numbers in `target/criterion/<group>/<limiter>/new/estimates.json` (with the `/` in a
-//! group's name written `_`, as in `try_take_1_thread`). Measurement is kept short
+//! group's name written `_`, as in `try_take_1_thread`). At the end, a markdown table
+//! gathers this run's estimates in nanoseconds per operation (per item for
+//! `stream_throttle`), one row per group, with the ratios of ours to governor and to
+//! governor on tokio's clock. Measurement is kept short
 //! (0.5 s warm-up, 2 s measurement, 50 samples per benchmark); pass
 //! `-- --measurement-time 10` for steadier figures.
 //!
@@ -29,11 +32,18 @@
 //! takes its lock and reads the clock, as ours does. No tokio clock is paused anywhere
 //! (governor reads its own clock, `quanta`, and would ignore a paused one anyway).
 //!
+//! `governor-tokio-clock` is governor's same limiter built on tokio's clock
+//! (`benches/support/governor_on_tokio.rs`): governor's algorithm, reading the clock ours
+//! must read. Beside `governor` it shows what that clock costs; beside `token-bucket`, how
+//! far ours is from governor's algorithm on equal terms.
+//!
 //! # The groups
 //!
 //! - `try_take/1_thread`: one thread calling the non-waiting acquire in a loop:
-//!   `TokenBucket::try_take(1)`, governor's `check()`, leaky-bucket's `try_acquire(1)`.
-//!   No runtime involved. The figure is nanoseconds per call.
+//!   `TokenBucket::try_take(1)`, governor's `check()` (on either clock), leaky-bucket's
+//!   `try_acquire(1)`. No runtime involved. The figure is nanoseconds per call.
+//!   `tokio-clock-read` is one `tokio::time::Instant::now()`, the floor for any limiter
+//!   that honours paused time.
 //! - `try_take/2_threads`: the same calls from two OS threads on one shared limiter at
 //!   once. Each thread makes `iters` calls; the wall time from the first thread's start to
 //!   the last one's end is divided by `2 × iters`, so the figure is *nanoseconds per
@@ -71,11 +81,17 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use futures::{stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
 use governor::{DefaultDirectRateLimiter, Quota};
 use token_bucket::{Rate, TokenBucket};
+
+#[path = "support/governor_on_tokio.rs"]
+mod governor_on_tokio;
+
+/// The name of governor's column on tokio's clock.
+const GOVERNOR_TOKIO: &str = "governor-tokio-clock";
 
 /// Items per stream in `stream_throttle`.
 const STREAM_LEN: u64 = 1_000;
@@ -89,10 +105,19 @@ fn ours() -> TokenBucket {
         .expect("a valid configuration")
 }
 
-/// governor's direct limiter: burst `AMPLE`; it refills one cell a nanosecond at most.
+/// governor's quota: burst `AMPLE`; it refills one cell a nanosecond at most.
+fn ample_quota() -> Quota {
+    Quota::per_second(NonZeroU32::new(AMPLE).expect("not zero"))
+}
+
+/// governor's direct limiter, on its own clock (quanta).
 fn governor() -> DefaultDirectRateLimiter {
-    let ample = NonZeroU32::new(AMPLE).expect("not zero");
-    governor::RateLimiter::direct(Quota::per_second(ample))
+    governor::RateLimiter::direct(ample_quota())
+}
+
+/// governor's direct limiter on tokio's clock, the clock ours reads.
+fn governor_tokio() -> governor_on_tokio::TokioGovernor {
+    governor_on_tokio::direct(ample_quota())
 }
 
 /// leaky-bucket's limiter, fair (its default): `AMPLE` tokens a second, holding `AMPLE`,
@@ -147,6 +172,11 @@ fn try_take_1_thread(c: &mut Criterion) {
     let limiter = governor();
     group.bench_function("governor", |b| {
         b.iter(|| granted(black_box(&limiter).check().is_ok(), "governor"));
+    });
+
+    let limiter = governor_tokio();
+    group.bench_function(GOVERNOR_TOKIO, |b| {
+        b.iter(|| granted(black_box(&limiter).check().is_ok(), GOVERNOR_TOKIO));
     });
 
     let limiter = leaky();
@@ -216,6 +246,15 @@ fn try_take_2_threads(c: &mut Criterion) {
         });
     });
 
+    let limiter = governor_tokio();
+    group.bench_function(GOVERNOR_TOKIO, |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                granted(black_box(&limiter).check().is_ok(), GOVERNOR_TOKIO);
+            })
+        });
+    });
+
     let limiter = leaky();
     group.bench_function("leaky-bucket", |b| {
         b.iter_custom(|iters| {
@@ -242,6 +281,12 @@ fn take_available(c: &mut Criterion) {
     // `until_ready` cannot fail: it waits instead. With ample cells it never does.
     let limiter = governor();
     group.bench_function("governor", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(&limiter).until_ready().await });
+    });
+
+    let limiter = governor_tokio();
+    group.bench_function(GOVERNOR_TOKIO, |b| {
         b.to_async(&runtime)
             .iter(|| async { black_box(&limiter).until_ready().await });
     });
@@ -295,6 +340,14 @@ fn stream_throttle(c: &mut Criterion) {
         });
     });
 
+    let limiter = governor_tokio();
+    group.bench_function(GOVERNOR_TOKIO, |b| {
+        b.to_async(&runtime).iter(|| {
+            let items = stream::iter(0..black_box(STREAM_LEN)).ratelimit_stream(&limiter);
+            drain(items, GOVERNOR_TOKIO)
+        });
+    });
+
     let limiter = leaky();
     let limiter = &limiter;
     group.bench_function("leaky-bucket", |b| {
@@ -315,4 +368,122 @@ criterion_group! {
     config = config();
     targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle
 }
-criterion_main!(micro);
+
+// ---------------------------------------------------------------------------------------
+// The summary: every figure of this run in one table, with the ratios.
+// ---------------------------------------------------------------------------------------
+
+/// The groups, each with how many operations one of its iterations makes.
+const GROUPS: [(&str, u64); 4] = [
+    ("try_take/1_thread", 1),
+    ("try_take/2_threads", 1),
+    ("take_available", 1),
+    ("stream_throttle", STREAM_LEN),
+];
+
+/// The limiters' columns, then the floor: a read of tokio's clock, or the bare stream.
+const COLUMNS: [&str; 4] = ["token-bucket", "governor", GOVERNOR_TOKIO, "leaky-bucket"];
+const FLOORS: [&str; 2] = ["tokio-clock-read", "unthrottled"];
+
+/// Where criterion keeps its figures: as criterion itself finds it, `$CRITERION_HOME`, or
+/// `criterion` in the target directory (`$CARGO_TARGET_DIR`, or the one this benchmark
+/// was built in: `<target>/release/deps/micro-<hash>`).
+fn criterion_home() -> Option<std::path::PathBuf> {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return Some(home.into());
+    }
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) => std::path::PathBuf::from(target),
+        None => std::env::current_exe().ok()?.ancestors().nth(3)?.to_owned(),
+    };
+    Some(target.join("criterion"))
+}
+
+/// Nanoseconds per operation of one benchmark, if this run measured it: the estimate
+/// criterion prints as `time` (the slope, or the mean where there is no slope), from its
+/// `estimates.json`, over `per_iteration` operations. A file older than `since` is an
+/// earlier run's (a filtered run leaves the others' in place), so it is passed over.
+fn nanoseconds(
+    home: &std::path::Path,
+    group: &str,
+    bench: &str,
+    per_iteration: u64,
+    since: std::time::SystemTime,
+) -> Option<f64> {
+    let path = home
+        .join(group.replace('/', "_"))
+        .join(bench)
+        .join("new")
+        .join("estimates.json");
+    let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
+    if modified < since {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let estimate = |name: &str| -> Option<f64> {
+        let rest = &text[text.find(&format!("\"{name}\":{{"))?..];
+        let rest = &rest[rest.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
+        let end = rest.find([',', '}'])?;
+        rest[..end].trim().parse().ok()
+    };
+    let per_iteration_ns = estimate("slope").or_else(|| estimate("mean"))?;
+    Some(per_iteration_ns / per_iteration as f64)
+}
+
+fn print_summary(since: std::time::SystemTime) {
+    let Some(home) = criterion_home() else {
+        eprintln!("summary: cannot tell where criterion keeps its figures");
+        return;
+    };
+    let mut rows = Vec::new();
+    for (group, per_iteration) in GROUPS {
+        let figure = |bench: &str| nanoseconds(&home, group, bench, per_iteration, since);
+        let cells: Vec<Option<f64>> = COLUMNS.iter().map(|&bench| figure(bench)).collect();
+        let floor = FLOORS.iter().find_map(|&bench| figure(bench));
+        if cells.iter().all(Option::is_none) {
+            continue;
+        }
+        rows.push((group, cells, floor));
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let ns = |value: Option<f64>| value.map_or("—".to_owned(), |ns| format!("{ns:.1}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "—".to_owned(),
+    };
+    println!();
+    println!("Nanoseconds per operation (per item for stream_throttle), this run:");
+    println!();
+    println!(
+        "| group | token-bucket | governor | governor on tokio's clock | leaky-bucket | floor \
+         | ours ÷ governor | ours ÷ governor on tokio's clock | governor on tokio's clock ÷ governor |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (group, cells, floor) in rows {
+        println!(
+            "| {group} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            ns(cells[0]),
+            ns(cells[1]),
+            ns(cells[2]),
+            ns(cells[3]),
+            ns(floor),
+            ratio(cells[0], cells[1]),
+            ratio(cells[0], cells[2]),
+            ratio(cells[2], cells[1]),
+        );
+    }
+    println!();
+    println!(
+        "floor: one read of tokio's clock (try_take/1_thread), the bare stream \
+         (stream_throttle)."
+    );
+}
+
+fn main() {
+    let since = std::time::SystemTime::now();
+    micro();
+    Criterion::default().configure_from_args().final_summary();
+    print_summary(since);
+}

@@ -1,19 +1,39 @@
 //! Scenario benchmarks (issue 4): this crate's [`TokenBucket`] side by side with
 //! `governor` and `leaky-bucket`, configured to the same rate and burst, each scenario run
-//! in a process of its own so that CPU and memory figures do not mix.
+//! in a process of its own so that CPU and memory figures do not mix. A fourth column,
+//! *governor on tokio's clock*, is a baseline rather than a peer (see the end of this
+//! comment).
 //!
 //! # Running
 //!
 //! ```text
-//! cargo bench --bench scenarios               # every scenario, about two and a half minutes
+//! cargo bench --bench scenarios               # every scenario, about three minutes
 //! cargo bench --bench scenarios -- fairness   # only scenarios whose name contains "fairness"
+//! cargo bench --bench scenarios -- charts     # only the charts' two scenarios, about 15 s
 //! ```
 //!
 //! Without a scenario argument the binary re-executes itself once per (scenario, crate)
 //! as `scenarios run <scenario> <crate>`, reads the one `RESULT key=value ...` line each
-//! child prints on stdout, and prints a markdown table with the three crates side by side
+//! child prints on stdout, and prints a markdown table with the crates side by side
 //! and the issue's target ("what we want") for reference. Progress goes to stderr.
 //! Arguments starting with `--` (cargo passes `--bench`) are ignored.
+//!
+//! # Charts
+//!
+//! Whenever `precision-1k` or `fairness` runs, the parent also draws its chart from the
+//! grant instants the children report, as SVG (`scenarios/charts.rs`, with plotters):
+//!
+//! - `docs/charts/precision_1k.svg`: tokens granted so far against time in
+//!   `precision-1k`, one line each for ours, governor and leaky-bucket, and the ideal
+//!   `1,000/s × t` (the limiters start empty, so none can be above it).
+//! - `docs/charts/fairness.svg`: one row per crate in `fairness`, a tick for each `take(1)`
+//!   granted and a block where the `take(10)` was, beside a dashed line at 1 s, where first
+//!   in, first out serves it.
+//!
+//! `-- charts` runs just those two scenarios and redraws both. Each task records the
+//! instants of its own grants into room set aside before the run starts (one more store
+//! per grant, into memory no other task writes), and the child prints them after the run,
+//! as `TRACE <name> <µs,µs,...>` lines before its `RESULT` line.
 //!
 //! # Scenarios
 //!
@@ -42,8 +62,10 @@
 //! - **`fairness`**: rate 10/s, burst 10, empty. One `take(10)` is queued first, then 20
 //!   tasks loop `take(1)`. The figure is when the big request is served, from the
 //!   limiter's creation (1 s for a first-in, first-out limiter), and how many small grants
-//!   went before it; "starved" if not within 5 s. Paused time for this crate and
-//!   leaky-bucket (both on tokio's clock, so the figure is exact); real time for governor.
+//!   went before it; "starved" if not within 5 s. The run goes on to 5 s either way, so
+//!   that the chart shows the small grants after the big one. Paused time for this crate
+//!   and leaky-bucket (both on tokio's clock, so the figure is exact); real time for
+//!   governor.
 //! - **`cancellation`**: rate 1/s, burst 1, empty, real time, current-thread runtime.
 //!   1,000 tasks each wrap `take(1)` in `tokio::time::timeout(500 ms, ..)` and are queued;
 //!   then one more `take(1)`, without a timeout, queues behind them. The waiters give up
@@ -61,10 +83,11 @@
 //!
 //! # How the numbers are taken
 //!
-//! CPU time is the sum, over the process's threads, of the first field of
-//! `/proc/self/task/<tid>/schedstat` (nanoseconds on a CPU; no libc crate is needed). All
-//! the threads a scenario uses live until it reports, so nothing is lost to threads that
-//! exit. As a cross-check, `utime + stime` from `/proc/self/stat` is read too, in clock
+//! The readings come from `benches/support/process.rs`, shared with the other programs
+//! that measure themselves. CPU time is the sum, over the process's threads, of the first
+//! field of `/proc/self/task/<tid>/schedstat` (nanoseconds on a CPU; no libc crate is
+//! needed). All the threads a scenario uses live until it reports, so nothing is lost to
+//! threads that exit. As a cross-check, `utime + stime` from `/proc/self/stat` is read too, in clock
 //! ticks of `getconf CLK_TCK` (asked once by the parent; 100 is assumed if that fails): a
 //! child warns on stderr if the two disagree by more than 20 ms plus 5 %, and falls back to
 //! the tick count if `schedstat` cannot be read. Memory is `VmRSS` and `VmHWM` from
@@ -79,21 +102,48 @@
 //! `max` is the burst (never below `refill` in these scenarios), `initial` is 0 and it is
 //! fair. governor is `Quota::per_second(r).allow_burst(burst)`, and since it starts full
 //! its whole burst is taken once with `check_n` so it starts empty like the others.
+//!
+//! *governor on tokio's clock* is the same governor limiter built on tokio's clock
+//! (`benches/support/governor_on_tokio.rs`), so paused time drives it as it drives ours
+//! and leaky-bucket, and it runs on paused time where they do. governor's `until_ready`
+//! sleeps on `futures-timer`, in real time, which paused time would not move; so its take
+//! here is `check_n` and, when refused, a sleep on tokio's timer until the instant governor
+//! names, then again. It shows what governor's algorithm does on the clock this crate must
+//! read; the table's last column still compares ours with governor and leaky-bucket only.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::io::{Read as _, Write as _};
 use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use governor::{DefaultDirectRateLimiter, Quota};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use plotters::style::RGBColor;
+use process::{getconf_clk_tck, status_bytes, CpuMeter, CLK_TCK_ENV, MIB};
 use token_bucket::{Rate, TokenBucket};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
+
+#[path = "scenarios/charts.rs"]
+mod charts;
+#[path = "support/governor_on_tokio.rs"]
+mod governor_on_tokio;
+#[path = "support/process.rs"]
+mod process;
+
+/// The precision scenario drawn in `docs/charts/precision_1k.svg`, and its crates.
+const CHART_PRECISION: &str = "precision-1k";
+const CHART_PRECISION_CRATES: [Crate; 3] = [Crate::Ours, Crate::Governor, Crate::Leaky];
+/// The argument that runs only the scenarios the charts are drawn from.
+const CHARTS_ONLY: &str = "charts";
 
 /// Real-time limit of every child process.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -116,8 +166,6 @@ const CANCEL_LIMIT: Duration = Duration::from_secs(5);
 
 const IDLE_BUCKETS: usize = 10_000;
 const IDLE_FOR: Duration = Duration::from_secs(5);
-
-const CLK_TCK_ENV: &str = "SCENARIOS_CLK_TCK";
 
 // ---------------------------------------------------------------------------------------
 // The three limiters behind one interface.
@@ -164,14 +212,8 @@ impl Limiter for Governor {
     const TOKIO_CLOCK: bool = false;
 
     fn empty(rate: u64, burst: u64) -> Self {
-        let quota = Quota::per_second(non_zero(rate)).allow_burst(non_zero(burst));
-        let limiter = governor::RateLimiter::direct(quota);
-        // governor starts full; take the whole burst so that it starts empty.
-        limiter
-            .check_n(non_zero(burst))
-            .expect("the burst fits the quota")
-            .expect("a new governor limiter is full");
-        Governor(Arc::new(limiter))
+        let limiter = governor::RateLimiter::direct(governor_quota(rate, burst));
+        Governor(Arc::new(emptied(limiter, burst)))
     }
 
     async fn take(&self, tokens: u32) {
@@ -181,6 +223,48 @@ impl Limiter for Governor {
             Some(n) => self.0.until_n_ready(n).await.expect("within the burst"),
         }
     }
+}
+
+/// governor's limiter on tokio's clock (`support/governor_on_tokio.rs`): what governor's
+/// algorithm does on the clock ours reads, paused time included.
+#[derive(Clone)]
+struct GovernorTokio(Arc<governor_on_tokio::TokioGovernor>);
+
+impl Limiter for GovernorTokio {
+    const TOKIO_CLOCK: bool = true;
+
+    fn empty(rate: u64, burst: u64) -> Self {
+        let limiter = governor_on_tokio::direct(governor_quota(rate, burst));
+        GovernorTokio(Arc::new(emptied(limiter, burst)))
+    }
+
+    /// governor's `until_n_ready`, but asleep on tokio's timer: governor's own sleeps on
+    /// `futures-timer`, in real time, during which paused time would not move.
+    async fn take(&self, tokens: u32) {
+        let Some(n) = NonZeroU32::new(tokens) else {
+            return;
+        };
+        while let Err(not_until) = self.0.check_n(n).expect("within the burst") {
+            tokio::time::sleep_until(not_until.earliest_possible().0).await;
+        }
+    }
+}
+
+/// governor's quota for `rate` per second, holding `burst`.
+fn governor_quota(rate: u64, burst: u64) -> Quota {
+    Quota::per_second(non_zero(rate)).allow_burst(non_zero(burst))
+}
+
+/// governor starts full: takes its whole `burst` so that it starts empty like the others.
+fn emptied<C: Clock>(
+    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    burst: u64,
+) -> RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>> {
+    limiter
+        .check_n(non_zero(burst))
+        .expect("the burst fits the quota")
+        .expect("a new governor limiter is full");
+    limiter
 }
 
 #[derive(Clone)]
@@ -239,22 +323,49 @@ fn to_usize(n: u64) -> usize {
 enum Crate {
     Ours,
     Governor,
+    GovernorTokio,
     Leaky,
 }
 
 impl Crate {
-    const ALL: [Crate; 3] = [Crate::Ours, Crate::Governor, Crate::Leaky];
+    const ALL: [Crate; 4] = [
+        Crate::Ours,
+        Crate::Governor,
+        Crate::GovernorTokio,
+        Crate::Leaky,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Crate::Ours => "ours",
             Crate::Governor => "governor",
+            Crate::GovernorTokio => "governor-tokio-clock",
             Crate::Leaky => "leaky-bucket",
         }
     }
 
     fn parse(name: &str) -> Option<Crate> {
         Crate::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The crate as the table's header and the charts name it.
+    fn title(self) -> &'static str {
+        match self {
+            Crate::Ours => "ours (token-bucket)",
+            Crate::Governor => "governor 0.10",
+            Crate::GovernorTokio => "governor 0.10 on tokio's clock",
+            Crate::Leaky => "leaky-bucket 1.1",
+        }
+    }
+
+    /// Its colour in the charts.
+    fn color(self) -> RGBColor {
+        match self {
+            Crate::Ours => RGBColor(31, 119, 180),
+            Crate::Governor => RGBColor(230, 120, 20),
+            Crate::GovernorTokio => RGBColor(148, 103, 189),
+            Crate::Leaky => RGBColor(44, 160, 44),
+        }
     }
 }
 
@@ -264,10 +375,12 @@ impl Crate {
 
 #[derive(Clone, Copy)]
 enum Kind {
-    /// 8 tasks looping `take(1)`; the burst is `burst_ms` milliseconds of tokens.
+    /// 8 tasks looping `take(1)`; the burst is `burst_ms` milliseconds of tokens. When
+    /// `traced`, the instant of every grant is reported too, for the chart.
     Precision {
         rate: u64,
         burst_ms: u64,
+        traced: bool,
     },
     Waiters {
         count: u64,
@@ -286,11 +399,23 @@ enum Kind {
 const FINISHERS: &[Crate] = &[Crate::Ours, Crate::Leaky];
 
 const fn precision(rate: u64, burst_ms: u64) -> Kind {
-    Kind::Precision { rate, burst_ms }
+    Kind::Precision {
+        rate,
+        burst_ms,
+        traced: false,
+    }
 }
 
 const SCENARIOS: [(&str, Kind, &[Crate]); 11] = [
-    ("precision-1k", precision(1_000, 1), &Crate::ALL),
+    (
+        "precision-1k",
+        Kind::Precision {
+            rate: 1_000,
+            burst_ms: 1,
+            traced: true,
+        },
+        &Crate::ALL,
+    ),
     ("precision-100k", precision(100_000, 1), &Crate::ALL),
     ("precision-1m", precision(1_000_000, 1), &Crate::ALL),
     // The same with a burst of 2 ms of tokens: what tokio's 1 ms timer costs a burst of 1 ms.
@@ -335,7 +460,11 @@ fn scenario(name: &str) -> Option<Kind> {
 
 fn run_scenario<L: Limiter>(kind: Kind) {
     match kind {
-        Kind::Precision { rate, burst_ms } => precision_run::<L>(rate, burst_ms),
+        Kind::Precision {
+            rate,
+            burst_ms,
+            traced,
+        } => precision_run::<L>(rate, burst_ms, traced),
         Kind::Waiters { count } => waiters::<L>(count),
         Kind::Fairness => fairness::<L>(),
         Kind::Cancellation { waiters, paused } => cancellation::<L>(waiters, paused),
@@ -343,16 +472,64 @@ fn run_scenario<L: Limiter>(kind: Kind) {
     }
 }
 
-/// A counter alone on its cache line, so that the looping tasks do not contend on one.
-#[derive(Default)]
+/// One looping task's grants: how many, alone on a cache line so that the tasks do not
+/// contend on one, and, if room was set aside, when each was granted (nanoseconds from
+/// the limiter's creation). Only its task writes it, so counting a grant is a load and a
+/// store, and recording its instant one more store into memory allocated beforehand.
 #[repr(align(128))]
-struct Slot(AtomicU64);
+struct Slot {
+    granted: AtomicU64,
+    instants: Box<[AtomicU64]>,
+}
 
-fn precision_run<L: Limiter>(rate: u64, burst_ms: u64) {
+impl Slot {
+    /// A slot with room for the instants of `room` grants (none for 0).
+    fn new(room: u64) -> Slot {
+        Slot {
+            granted: AtomicU64::new(0),
+            instants: (0..room).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Counts one grant and records its instant, `now()`, while there is room. Only the
+    /// slot's own task may call it.
+    fn grant(&self, now: impl FnOnce() -> Duration) {
+        let n = self.granted.load(Ordering::Relaxed);
+        if let Some(instant) = usize::try_from(n).ok().and_then(|i| self.instants.get(i)) {
+            instant.store(nanos(now()), Ordering::Relaxed);
+        }
+        self.granted.store(n + 1, Ordering::Release);
+    }
+
+    fn granted(&self) -> u64 {
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// The recorded instants of the first `granted` grants, in microseconds.
+    fn instants_us(&self, granted: u64) -> impl Iterator<Item = u64> + '_ {
+        let recorded =
+            usize::try_from(granted).map_or(self.instants.len(), |n| n.min(self.instants.len()));
+        self.instants[..recorded]
+            .iter()
+            .map(|instant| instant.load(Ordering::Relaxed) / 1_000)
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn precision_run<L: Limiter>(rate: u64, burst_ms: u64, traced: bool) {
     let burst = (rate * burst_ms / 1_000).max(1);
+    // Room for as many grants as one task could get in the run and a second more.
+    let room = if traced {
+        rate * (PRECISION_RUN.as_secs() + 1) + burst
+    } else {
+        0
+    };
     let runtime = two_worker_runtime();
     runtime.block_on(async {
-        let slots: Arc<[Slot]> = (0..PRECISION_TASKS).map(|_| Slot::default()).collect();
+        let slots: Arc<[Slot]> = (0..PRECISION_TASKS).map(|_| Slot::new(room)).collect();
         let cpu = CpuMeter::start();
         let limiter = L::empty(rate, burst);
         let start = Instant::now();
@@ -361,12 +538,13 @@ fn precision_run<L: Limiter>(rate: u64, burst_ms: u64) {
             tokio::spawn(async move {
                 loop {
                     limiter.take(1).await;
-                    slots[task].0.fetch_add(1, Ordering::Relaxed);
+                    slots[task].grant(|| start.elapsed());
                 }
             });
         }
         tokio::time::sleep_until((start + PRECISION_RUN).into()).await;
-        let granted: u64 = slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+        let counts: Vec<u64> = slots.iter().map(Slot::granted).collect();
+        let granted: u64 = counts.iter().sum();
         let elapsed = start.elapsed();
         let cpu_ns = cpu.elapsed_ns();
         let ideal = rate as f64 * elapsed.as_secs_f64();
@@ -381,6 +559,13 @@ fn precision_run<L: Limiter>(rate: u64, burst_ms: u64) {
             "cpu_cores",
             cpu_ns as f64 / elapsed.as_nanos().max(1) as f64,
         );
+        if traced {
+            let instants = slots
+                .iter()
+                .zip(&counts)
+                .flat_map(|(slot, &count)| slot.instants_us(count));
+            record_instants("grants", instants);
+        }
     });
     runtime.shutdown_background();
 }
@@ -466,6 +651,9 @@ fn fairness<L: Limiter>() {
     let paused = L::TOKIO_CLOCK;
     let runtime = paused_runtime(paused);
     runtime.block_on(async {
+        // Room for every small grant the run could see, in each task's slot.
+        let room = FAIRNESS_RATE * (FAIRNESS_LIMIT.as_secs() + 1) + u64::from(FAIRNESS_BIG);
+        let slots: Arc<[Slot]> = (0..FAIRNESS_SMALL_TASKS).map(|_| Slot::new(room)).collect();
         let limiter = L::empty(FAIRNESS_RATE, u64::from(FAIRNESS_BIG));
         let start = tokio::time::Instant::now();
         let small = Arc::new(AtomicU64::new(0));
@@ -478,27 +666,38 @@ fn fairness<L: Limiter>() {
             })
         };
         until_started(1).await;
-        for _ in 0..FAIRNESS_SMALL_TASKS {
-            let (limiter, small) = (limiter.clone(), Arc::clone(&small));
+        for task in 0..FAIRNESS_SMALL_TASKS {
+            let (limiter, small, slots) = (limiter.clone(), Arc::clone(&small), Arc::clone(&slots));
             tokio::spawn(async move {
                 loop {
                     limiter.take(1).await;
+                    slots[task].grant(|| start.elapsed());
                     small.fetch_add(1, Ordering::AcqRel);
                 }
             });
         }
         record("clock", if paused { "paused" } else { "real" });
-        match tokio::time::timeout(FAIRNESS_LIMIT, big).await {
+        let big_served = match tokio::time::timeout(FAIRNESS_LIMIT, big).await {
             Ok(result) => {
                 let (served, small_before) = result.expect("the big request's task");
                 record("served_s", served.as_secs_f64());
                 record("small_before", small_before);
+                Some(served)
             }
             Err(_) => {
                 record("starved_s", FAIRNESS_LIMIT.as_secs());
                 record("small_before", small.load(Ordering::Acquire));
+                None
             }
-        }
+        };
+        // The chart shows the whole window: the small grants go on being recorded until
+        // it ends (no real time on paused time; governor, on real time, starves anyway).
+        tokio::time::sleep_until(start + FAIRNESS_LIMIT).await;
+        let small_instants = slots
+            .iter()
+            .flat_map(|slot| slot.instants_us(slot.granted()));
+        record_instants("small", small_instants);
+        record_instants("big", big_served.map(|served| nanos(served) / 1_000));
     });
     runtime.shutdown_background();
 }
@@ -569,91 +768,6 @@ fn idle<L: Limiter>() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Process figures from /proc.
-// ---------------------------------------------------------------------------------------
-
-const MIB: f64 = 1024.0 * 1024.0;
-
-/// CPU time of the whole process: schedstat summed over its threads, with the
-/// `/proc/self/stat` tick count beside it as a cross-check.
-struct CpuMeter {
-    schedstat: Option<u64>,
-    ticks: u64,
-}
-
-impl CpuMeter {
-    fn start() -> CpuMeter {
-        CpuMeter {
-            schedstat: schedstat_ns(),
-            ticks: stat_cpu_ns(),
-        }
-    }
-
-    /// CPU nanoseconds used since `start`.
-    fn elapsed_ns(&self) -> u64 {
-        let ticks = stat_cpu_ns().saturating_sub(self.ticks);
-        let Some(start) = self.schedstat else {
-            return ticks;
-        };
-        let Some(now) = schedstat_ns() else {
-            return ticks;
-        };
-        let precise = now.saturating_sub(start);
-        let tolerance = 20_000_000 + precise / 20;
-        if precise.abs_diff(ticks) > tolerance {
-            eprintln!(
-                "    warning: schedstat says {:.3} s of CPU, /proc/self/stat {:.3} s",
-                precise as f64 / 1e9,
-                ticks as f64 / 1e9
-            );
-        }
-        precise
-    }
-}
-
-/// Nanoseconds on a CPU, summed over the process's live threads.
-fn schedstat_ns() -> Option<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = entry.ok()?.path().join("schedstat");
-        // A thread may end between listing and reading; it then counts nothing.
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue;
-        };
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
-}
-
-/// `utime + stime` of the process, from `/proc/self/stat`, in nanoseconds.
-fn stat_cpu_ns() -> u64 {
-    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces), starting at field 3.
-    let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> u64 { fields.get(n - 3).and_then(|f| f.parse().ok()).unwrap_or(0) };
-    let ticks = field(14) + field(15);
-    ticks * 1_000_000_000 / clock_ticks()
-}
-
-fn clock_ticks() -> u64 {
-    std::env::var(CLK_TCK_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or(100)
-}
-
-/// A `kB` line of `/proc/self/status`, in bytes.
-fn status_bytes(key: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-// ---------------------------------------------------------------------------------------
 // The child: one scenario for one crate, reporting one line.
 // ---------------------------------------------------------------------------------------
 
@@ -667,6 +781,19 @@ fn record(key: &str, value: impl Display) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push((key.to_owned(), value));
+}
+
+/// Instants reported beside the figures, for the charts: each a `TRACE <name> <µs,µs,...>`
+/// line, sorted.
+static TRACES: Mutex<Vec<(String, Vec<u64>)>> = Mutex::new(Vec::new());
+
+fn record_instants(name: &str, instants_us: impl IntoIterator<Item = u64>) {
+    let mut instants: Vec<u64> = instants_us.into_iter().collect();
+    instants.sort_unstable();
+    TRACES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((name.to_owned(), instants));
 }
 
 /// Prints the `RESULT` line once (the main thread and the watchdog may race) and exits
@@ -683,6 +810,10 @@ fn report_and_exit() -> ! {
         line.push_str(&format!(" {key}={value}"));
     }
     let mut stdout = std::io::stdout().lock();
+    for (name, instants) in TRACES.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        let list: Vec<String> = instants.iter().map(u64::to_string).collect();
+        let _ = writeln!(stdout, "TRACE {name} {}", list.join(","));
+    }
     let _ = writeln!(stdout, "{line}");
     let _ = stdout.flush();
     std::process::exit(0);
@@ -702,6 +833,7 @@ fn child(scenario_name: &str, crate_name: &str) -> ExitCode {
     match krate {
         Crate::Ours => run_scenario::<Ours>(kind),
         Crate::Governor => run_scenario::<Governor>(kind),
+        Crate::GovernorTokio => run_scenario::<GovernorTokio>(kind),
         Crate::Leaky => run_scenario::<Leaky>(kind),
     }
     report_and_exit();
@@ -713,16 +845,27 @@ fn child(scenario_name: &str, crate_name: &str) -> ExitCode {
 
 type Fields = BTreeMap<String, String>;
 
+/// Named lists of instants, in microseconds, from a child's `TRACE` lines.
+type Traces = BTreeMap<String, Vec<u64>>;
+
 /// What came back from one child.
 enum Outcome {
-    Done(Fields),
+    Done(Fields, Traces),
     Failed(String),
 }
 
 impl Outcome {
     fn fields(&self) -> Option<&Fields> {
         match self {
-            Outcome::Done(fields) => Some(fields),
+            Outcome::Done(fields, _) => Some(fields),
+            Outcome::Failed(_) => None,
+        }
+    }
+
+    /// The instants reported under `name`, if any were.
+    fn instants(&self, name: &str) -> Option<&[u64]> {
+        match self {
+            Outcome::Done(_, traces) => traces.get(name).map(Vec::as_slice),
             Outcome::Failed(_) => None,
         }
     }
@@ -776,22 +919,22 @@ fn run_child(exe: &std::path::Path, scenario: &str, krate: Crate, clk_tck: u64) 
         .filter_map(|pair| pair.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    Outcome::Done(fields)
-}
-
-fn getconf_clk_tck() -> (u64, bool) {
-    let asked = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .filter(|&t| t > 0);
-    match asked {
-        Some(ticks) => (ticks, true),
-        None => (100, false),
-    }
+    let traces = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("TRACE "))
+        .filter_map(|trace| {
+            let mut parts = trace.split_whitespace();
+            let name = parts.next()?.to_owned();
+            let instants = parts
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|us| us.parse().ok())
+                .collect();
+            Some((name, instants))
+        })
+        .collect();
+    Outcome::Done(fields, traces)
 }
 
 type Results = BTreeMap<(&'static str, Crate), Outcome>;
@@ -1107,10 +1250,12 @@ impl Metric {
 }
 
 fn print_table(results: &Results) {
+    let titles: Vec<&str> = Crate::ALL.iter().map(|krate| krate.title()).collect();
     println!(
-        "| Scenario | ours (token-bucket) | governor 0.10 | leaky-bucket 1.1 | what we want | ours meets it |"
+        "| Scenario | {} | what we want | ours meets it |",
+        titles.join(" | ")
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|{}---|---|", "---|".repeat(titles.len()));
     for (metric, label, want) in METRICS {
         let scenario = metric.scenario();
         if !Crate::ALL
@@ -1124,10 +1269,11 @@ fn print_table(results: &Results) {
             .map(|&krate| metric.cell(results.get(&(scenario, krate))))
             .collect();
         println!(
-            "| {label} | {} | {} | {} | {want} | {} |",
+            "| {label} | {} | {} | {} | {} | {want} | {} |",
             cells[0],
             cells[1],
             cells[2],
+            cells[3],
             metric.verdict(results)
         );
     }
@@ -1137,6 +1283,103 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Where the charts are written: `docs/charts/` in the crate.
+fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs")
+        .join("charts")
+}
+
+/// Draws the charts whose scenarios ran, from the grant instants their children reported.
+fn draw_charts(results: &Results) {
+    let dir = chart_dir();
+    let wrote = |path: &Path, drawn: Result<(), String>| match drawn {
+        Ok(()) => eprintln!("chart: wrote {}", path.display()),
+        Err(error) => eprintln!("chart: could not draw {}: {error}", path.display()),
+    };
+    let precision: Vec<(Crate, &Outcome, &[u64])> = CHART_PRECISION_CRATES
+        .iter()
+        .filter_map(|&krate| {
+            let outcome = results.get(&(CHART_PRECISION, krate))?;
+            Some((krate, outcome, outcome.instants("grants")?))
+        })
+        .collect();
+    let fairness: Vec<(Crate, &Outcome)> = Crate::ALL
+        .iter()
+        .filter_map(|&krate| Some((krate, results.get(&("fairness", krate))?)))
+        .filter(|(_, outcome)| outcome.instants("small").is_some())
+        .collect();
+    if (precision.is_empty() && fairness.is_empty()) || std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    if !precision.is_empty() {
+        let lines: Vec<charts::Grants> = precision
+            .iter()
+            .map(|&(krate, outcome, instants_us)| charts::Grants {
+                label: format!(
+                    "{}: {} tokens, {:.3} of the rate",
+                    krate.title(),
+                    instants_us.len(),
+                    outcome.number("share").unwrap_or(f64::NAN)
+                ),
+                color: krate.color(),
+                instants_us,
+            })
+            .collect();
+        let path = dir.join("precision_1k.svg");
+        let title = format!(
+            "{PRECISION_TASKS} tasks loop take(1) at 1,000/s, burst 1, starting empty: \
+             tokens granted over time"
+        );
+        let drawn = charts::precision(
+            &path,
+            &title,
+            1_000,
+            "ideal: 1,000 tokens/s × t",
+            PRECISION_RUN.as_secs_f64(),
+            &lines,
+        );
+        wrote(&path, drawn);
+    }
+    if !fairness.is_empty() {
+        let rows: Vec<charts::FairnessRow> = fairness
+            .iter()
+            .map(|&(krate, outcome)| {
+                let big_us = outcome.instants("big").and_then(|big| big.first().copied());
+                let clock = outcome
+                    .fields()
+                    .and_then(|f| f.get("clock"))
+                    .map_or("?", |c| c);
+                let small_before = outcome.number("small_before").unwrap_or(f64::NAN);
+                let note = match outcome.number("served_s") {
+                    Some(served) => format!(
+                        "take(10) at {served:.3} s, after {small_before:.0} take(1) ({clock} time)"
+                    ),
+                    None => format!(
+                        "take(10) not served in {} s: starved ({clock} time)",
+                        FAIRNESS_LIMIT.as_secs()
+                    ),
+                };
+                charts::FairnessRow {
+                    label: krate.title(),
+                    color: krate.color(),
+                    small_us: outcome.instants("small").unwrap_or_default(),
+                    big_us,
+                    note,
+                }
+            })
+            .collect();
+        let path = dir.join("fairness.svg");
+        let title = format!(
+            "One take(10) queued first, then {FAIRNESS_SMALL_TASKS} tasks loop take(1): \
+             {FAIRNESS_RATE}/s, burst {FAIRNESS_BIG}, starting empty"
+        );
+        let fifo_s = f64::from(FAIRNESS_BIG) / FAIRNESS_RATE as f64;
+        let drawn = charts::fairness(&path, &title, FAIRNESS_LIMIT.as_secs_f64(), fifo_s, &rows);
+        wrote(&path, drawn);
+    }
 }
 
 fn parent(filters: &[String]) -> ExitCode {
@@ -1153,7 +1396,11 @@ fn parent(filters: &[String]) -> ExitCode {
     let runs: Vec<(&'static str, Crate)> = SCENARIOS
         .iter()
         .filter(|(name, _, _)| {
-            filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+            let charted = [CHART_PRECISION, "fairness"].contains(name);
+            filters.is_empty()
+                || filters
+                    .iter()
+                    .any(|f| name.contains(f.as_str()) || (f == CHARTS_ONLY && charted))
         })
         .flat_map(|&(name, _, crates)| crates.iter().map(move |&krate| (name, krate)))
         .collect();
@@ -1172,10 +1419,10 @@ fn parent(filters: &[String]) -> ExitCode {
         let started = Instant::now();
         let outcome = run_child(&exe, scenario, krate, clk_tck);
         let note = match &outcome {
-            Outcome::Done(_) if outcome.timed_out() => {
+            Outcome::Done(..) if outcome.timed_out() => {
                 format!("timed out after {} s", LIMIT.as_secs())
             }
-            Outcome::Done(_) => "ok".to_owned(),
+            Outcome::Done(..) => "ok".to_owned(),
             Outcome::Failed(why) => why.clone(),
         };
         eprintln!("    {note} in {:.1} s", started.elapsed().as_secs_f64());
@@ -1185,16 +1432,20 @@ fn parent(filters: &[String]) -> ExitCode {
 
     println!();
     print_table(&results);
+    draw_charts(&results);
     println!();
     println!(
         "{} runs in {:.1} s on {cores} CPUs (load average {load_before} before, {} after). \
          CPU: schedstat summed over threads (CLK_TCK {clk_tck}{} for the cross-check). \
          Precision runs: 8 tasks, multi-thread runtime with 2 workers, real time. \
          Waiters: paused time (governor runs in real time regardless). \
-         Fairness: paused time for ours and leaky-bucket, real time for governor. \
+         Fairness: paused time for ours, leaky-bucket and governor on tokio's clock, real time \
+         for governor. \
          Cancellation: real time for all; abandon-1m: paused time. \
          Idle buckets: real time, multi-thread runtime. leaky-bucket: refill r/gcd(r,1000) every \
-         1000/gcd(r,1000) ms, max = burst, fair.",
+         1000/gcd(r,1000) ms, max = burst, fair. governor on tokio's clock: governor's \
+         limiter reading tokio's clock, waiting on tokio's timer until the instant it names; \
+         a baseline, not counted among the peers in the last column.",
         runs.len(),
         elapsed.as_secs_f64(),
         load_average(),

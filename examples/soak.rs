@@ -39,6 +39,10 @@ use token_bucket::{Rate, TokenBucket};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+// Memory readings shared with the benchmarks, which measure the same way.
+#[path = "../benches/support/process.rs"]
+mod process;
+
 const USAGE: &str = "\
 usage: soak [--seconds N] [--tasks N] [--rate PER_SECOND]
 
@@ -165,17 +169,6 @@ impl Books {
     }
 }
 
-/// The process's memory in KiB, from `/proc/self/status` (`VmRSS` now, `VmHWM` peak);
-/// 0 where there is no `/proc`.
-fn memory_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
@@ -267,7 +260,7 @@ async fn soak(options: Options) -> Vec<String> {
                 tally.calls.load(Ordering::Relaxed),
             );
             let span = (now - last_report).as_secs_f64();
-            let rss = memory_kib("VmRSS:");
+            let rss = process::status_kib("VmRSS");
             println!(
                 "{:>4} s  {:>9.0} tokens/s  {:>9.0} calls/s  queued {:>5}  RSS {}",
                 (now - created).as_secs(),
@@ -284,7 +277,7 @@ async fn soak(options: Options) -> Vec<String> {
         }
     }
 
-    let final_rss = memory_kib("VmRSS:");
+    let final_rss = process::status_kib("VmRSS");
     // The books while every task still runs.
     let closing = Books::read(&bucket);
     let elapsed = closing.before - opening.after;
@@ -356,7 +349,7 @@ async fn soak(options: Options) -> Vec<String> {
         failures.push(format!("{} waiters still queued at the end", stats.queued));
     }
 
-    let peak = memory_kib("VmHWM:");
+    let peak = process::status_kib("VmHWM");
     let baseline = baseline_rss.unwrap_or(final_rss);
     println!(
         "memory: RSS {} at a fifth of the run, {} at the end of the run, peak {}",
