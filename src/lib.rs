@@ -111,6 +111,9 @@ mod doc_pages {
     #[doc = include_str!("../README.md")]
     struct Readme;
 
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+
     #[doc = include_str!("../docs/errors.md")]
     struct Errors;
 
