@@ -117,6 +117,9 @@ mod doc_pages {
     #[doc = include_str!("../docs/errors.md")]
     struct Errors;
 
+    #[doc = include_str!("../docs/redis.md")]
+    struct Redis;
+
     #[doc = include_str!("../docs/testing.md")]
     struct Testing;
 }
