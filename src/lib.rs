@@ -114,12 +114,21 @@ mod doc_pages {
     #[doc = include_str!("../docs/benchmarks.md")]
     struct Benchmarks;
 
+    #[doc = include_str!("../docs/bucket.md")]
+    struct Bucket;
+
     #[doc = include_str!("../docs/errors.md")]
     struct Errors;
+
+    #[doc = include_str!("../docs/per-key.md")]
+    struct PerKey;
 
     #[doc = include_str!("../docs/redis.md")]
     struct Redis;
 
     #[doc = include_str!("../docs/testing.md")]
     struct Testing;
+
+    #[doc = include_str!("../docs/throttling.md")]
+    struct Throttling;
 }
