@@ -105,7 +105,8 @@ pub use window::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// The examples of the README and of the pages in `docs/`, compiled and run as doc tests so
 /// they stay true. Some use the optional features, so they run with all of them on (as the
-/// README's test command does). A page added to `docs/` gets a line here.
+/// README's test command does). A page added to `docs/` gets a line here, which
+/// `tests/docs_links.rs` checks.
 #[cfg(all(doctest, feature = "io", feature = "tower", feature = "redis"))]
 mod doc_pages {
     #[doc = include_str!("../README.md")]
