@@ -103,8 +103,33 @@ pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
 pub use window::{FixedWindow, SlidingLog, SlidingWindow};
 
-/// The README's examples, compiled and run as doc tests so they stay true. Some use the
-/// optional features, so they run with all of them on (as the README's test command does).
+/// The examples of the README and of the pages in `docs/`, compiled and run as doc tests so
+/// they stay true. Some use the optional features, so they run with all of them on (as the
+/// README's test command does). A page added to `docs/` gets a line here, which
+/// `tests/docs_links.rs` checks.
 #[cfg(all(doctest, feature = "io", feature = "tower", feature = "redis"))]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+
+    #[doc = include_str!("../docs/bucket.md")]
+    struct Bucket;
+
+    #[doc = include_str!("../docs/errors.md")]
+    struct Errors;
+
+    #[doc = include_str!("../docs/per-key.md")]
+    struct PerKey;
+
+    #[doc = include_str!("../docs/redis.md")]
+    struct Redis;
+
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+
+    #[doc = include_str!("../docs/throttling.md")]
+    struct Throttling;
+}
