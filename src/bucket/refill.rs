@@ -65,7 +65,7 @@ impl Drop for RunningGuard {
         shared.refill_running.store(false, Ordering::Release);
         // Inside `spawn` the spawner holds the lock, and its waiter is not queued yet.
         if !SPAWNING.with(Cell::get) {
-            shared.lock().refill_lost();
+            shared.lock(shared.clock.now()).refill_lost();
         }
     }
 }
@@ -99,7 +99,7 @@ pub(crate) fn serve_and_plan(
 ) -> Option<Option<Instant>> {
     let shared = bucket.upgrade()?;
     let now = shared.clock.now();
-    let mut state = shared.lock();
+    let mut state = shared.lock(now);
     if state.is_closed() {
         return None;
     }
