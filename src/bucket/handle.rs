@@ -46,6 +46,9 @@ pub(crate) struct Shared {
     /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
     /// buckets (a per-key one, say) are never watched and so never pay its allocations.
     close_watch: Mutex<CloseWatch>,
+    /// Makes the refill task panic, to test what a panic there does.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
 }
 
 /// The signal [`TokenBucket::close`] fires, if anyone watches for it.
@@ -105,6 +108,31 @@ impl Shared {
             fast: &self.fast,
             state,
         }
+    }
+
+    /// Closes the bucket: the flag first, so that a waiter woken on another thread finds
+    /// `is_closed()` true, then the state (with `close`, which tells the waiters), then
+    /// whoever watches for the close.
+    fn close(&self, close: impl FnOnce(&mut State, u64)) {
+        let now = self.clock.now();
+        let mut state = self.lock(now);
+        self.closed.store(true, Ordering::Release);
+        close(&mut state, now);
+        // The refill task must see it, and end.
+        if state.refill_needs_nudge() {
+            self.refill_signal.notify_one();
+        }
+        self.unlock_and_deliver(state, Vec::new());
+        let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
+        if let CloseWatch::Watched { sender, .. } = watch {
+            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
+            let _ = sender.send(());
+        }
+    }
+
+    /// The refill task panicked: see [`TakeError::RefillFailed`].
+    pub(crate) fn fail_refill(&self) {
+        self.close(|state, _| state.fail());
     }
 
     fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
@@ -271,6 +299,8 @@ impl TokenBucket {
                 capacity: AtomicU64::new(settings.capacity),
                 queue_limit: settings.queue_limit,
                 close_watch: Mutex::new(CloseWatch::Unwatched),
+                #[cfg(all(test, not(loom)))]
+                panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -627,18 +657,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn close(&self) {
-        self.update(|state, now| {
-            // Set before the waiters are told: one woken on another thread must find
-            // `is_closed()` true.
-            self.shared.closed.store(true, Ordering::Release);
-            state.close(now);
-        });
-        // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
-        let watch = std::mem::replace(&mut *self.shared.close_watch(), CloseWatch::Fired);
-        if let CloseWatch::Watched { sender, .. } = watch {
-            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
-            let _ = sender.send(());
-        }
+        self.shared.close(|state, now| state.close(now));
     }
 
     /// A future that resolves once the bucket is [closed](TokenBucket::close), at once if
@@ -859,8 +878,8 @@ impl TokenBucket {
         .expect("a live bucket's settings passed validation when it was made")
     }
 
-    /// The shared state, for the loom tests to drive the refill task's own code.
-    #[cfg(all(test, loom))]
+    /// The shared state, for tests to drive the refill task's own code.
+    #[cfg(test)]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

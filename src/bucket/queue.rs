@@ -21,6 +21,8 @@ pub(crate) enum Outcome {
     TimedOut,
     /// The bucket was closed.
     Closed,
+    /// The refill task panicked, and the bucket closed.
+    RefillFailed,
     /// The capacity was lowered below its request.
     ExceedsCapacity { requested: u64, capacity: u64 },
     /// The refill task died with its runtime. The waiter keeps its place; its outcome
