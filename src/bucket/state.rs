@@ -194,6 +194,13 @@ impl State {
                 _ => self.ledger.give_back(consumed),
             }
         }
+        // Those behind the head whose deadline passed leave now, at the instant anyone
+        // looks, rather than when their own timer runs a tick later.
+        for sender in self.queue.expire(now) {
+            self.tally.add_timed_out();
+            self.deliveries
+                .push(Delivery::new(sender, Outcome::TimedOut, 0));
+        }
         self.ledger.advance(now, self.rate);
         // While waiters queue the head always needs more than is held, so the cap can
         // only bite once the queue is empty; capping earlier would drop scheduled tokens.
