@@ -20,12 +20,11 @@
 //!
 //! # The setup every group shares
 //!
-//! Each limiter is given a rate of `u32::MAX` tokens a second and a capacity of
-//! `u32::MAX`, and starts full, so it never runs dry while it is measured: every group
-//! times the path where the tokens are there. (governor cannot refill faster than one
-//! cell a nanosecond, so its rate rounds down to 10^9/s; that is still far more than any
-//! loop here consumes.) Every operation's result is checked, and a benchmark panics if a
-//! limiter ever refuses, so a figure can never silently come from the refusal path.
+//! Each limiter is given a rate of 10^9 tokens a second (one a nanosecond, the fastest
+//! governor refills) and a capacity of 10^9, and starts full, so it never runs dry while
+//! it is measured: every group times the path where the tokens are there. Every
+//! operation's result is checked, and a benchmark panics if a limiter ever refuses, so a
+//! figure can never silently come from the refusal path.
 //!
 //! leaky-bucket runs in its default *fair* mode, the one whose promise matches ours (a
 //! `try_acquire` never jumps waiters). Fair mode skips its lock-free fast path: each call
@@ -96,8 +95,9 @@ const GOVERNOR_TOKIO: &str = "governor-tokio-clock";
 /// Items per stream in `stream_throttle`.
 const STREAM_LEN: u64 = 1_000;
 
-/// Rate (per second) and capacity of every limiter: far more than any benchmark takes.
-const AMPLE: u32 = u32::MAX;
+/// Rate (per second) and capacity of every limiter: far more than any benchmark takes,
+/// and a bucket whose state fits our fast path's word (see `src/bucket/fast.rs`).
+const AMPLE: u32 = 1_000_000_000;
 
 /// Our bucket: `AMPLE` tokens a second, holding `AMPLE`, starting full.
 fn ours() -> TokenBucket {

@@ -110,6 +110,11 @@ pub enum TakeError {
     /// refill task was running to serve it or it has a timeout (which needs the runtime's
     /// timer).
     NoRuntime,
+    /// The bucket's refill task panicked while this request waited, so the bucket closed
+    /// rather than start a task that might panic again for ever. Later requests get
+    /// [`Closed`](TakeError::Closed). A panic there is a bug in this crate: please report
+    /// it, with the panic message the task printed.
+    RefillFailed,
 }
 
 impl fmt::Display for TakeError {
@@ -128,6 +133,10 @@ impl fmt::Display for TakeError {
             TakeError::NoRuntime => {
                 f.write_str("the request must wait, but it was polled outside a tokio runtime")
             }
+            TakeError::RefillFailed => f.write_str(
+                "the token bucket's refill task panicked, so the bucket closed (a bug in \
+                 token-bucket: please report it)",
+            ),
         }
     }
 }

@@ -36,6 +36,13 @@
 //! delivers its rate at any speed, and under `#[tokio::test(start_paused = true)]` every
 //! grant happens at its computed instant.
 //!
+//! **No lock while nobody waits.** With nobody queued, the bucket's whole state is one
+//! atomic word: the instant, counted exactly in units of the rate, at which the bucket
+//! would be empty (GCRA, the generic cell rate algorithm). `try_take`, requests served at
+//! once, `available` and `stats` read or update it by compare-and-swap. The first request
+//! that must wait seizes the word for the lock and the queue, and the word takes the
+//! state back when the queue drains, so a taker on the fast path never passes a waiter.
+//!
 //! **One refill task per bucket.** When nobody else touches the bucket, a tokio task,
 //! spawned when the first request queues, sleeps until the head's tokens accrue and
 //! serves it. It sleeps without waking while nobody waits, and ends when the bucket is

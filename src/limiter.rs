@@ -161,7 +161,9 @@ impl Limiter for TokenBucket {
             TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
             TakeError::NoRuntime => AcquireError::NoRuntime,
             // `take` has no deadline, so only a close is left.
-            TakeError::Timeout | TakeError::Closed => AcquireError::Closed,
+            TakeError::Timeout | TakeError::Closed | TakeError::RefillFailed => {
+                AcquireError::Closed
+            }
         })
     }
 

@@ -274,3 +274,105 @@ fn loom_close_racing_a_take_never_strands_it() {
         assert_eq!((stats.queued, stats.taken), (0, 0));
     });
 }
+
+/// The fast path never passes a waiter: a `try_take` racing a `take` that must queue
+/// either wins the token before the waiter queued, or fails. Once the waiter is queued
+/// (it says so through `queued`), a taker that starts later never succeeds, however its
+/// compare-and-swap interleaves with the waiter's seizing of the word.
+#[test]
+fn loom_a_fast_taker_never_passes_a_waiter() {
+    model(|| {
+        // Empty at 0; the token accrues at 1 s.
+        let bucket = bucket(1, 0);
+        let queued = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&queued);
+        let waiter = on_thread(&bucket, move |bucket| {
+            let begun = bucket.begin(take(1)).unwrap();
+            flag.store(true, loom::sync::atomic::Ordering::SeqCst);
+            begun
+        });
+        set_time(SECOND);
+        let waiter_was_queued = queued.load(loom::sync::atomic::Ordering::SeqCst);
+        let taken = bucket.try_take(1).is_ok();
+        let begun = waiter.join().unwrap();
+        if waiter_was_queued {
+            assert!(!taken, "a fast-path taker passed a queued waiter");
+        }
+        // One token accrued: whoever got it, nobody else did.
+        let stats = bucket.stats();
+        assert_eq!(stats.taken + stats.available, 1, "{stats:?}");
+        if taken {
+            assert!(
+                begun.is_some(),
+                "both the taker and the waiter were served at once"
+            );
+        }
+    });
+}
+
+/// Settings changing under fast-path takers: the takers' compare-and-swaps and the
+/// seizing, re-basing and publishing of the word interleave in every order, and no
+/// taker is granted a token the bucket did not hold under the settings in force.
+#[test]
+fn loom_set_capacity_racing_fast_takers_keeps_the_books() {
+    model(|| {
+        let bucket = bucket(2, 2);
+        let taker = on_thread(&bucket, |bucket| u64::from(bucket.try_take(1).is_ok()));
+        bucket.set_capacity(1).unwrap();
+        let after = u64::from(bucket.try_take(1).is_ok());
+        let taken = taker.join().unwrap() + after;
+        let stats = bucket.stats();
+        // The clock stands still: only the two initial tokens exist, and lowering the
+        // capacity to 1 may drop one of them.
+        assert!(taken <= 2, "{taken} taken");
+        assert_eq!(stats.taken, taken);
+        assert!(stats.available + taken <= 2, "{stats:?}");
+        assert!(stats.available <= 1, "{stats:?}");
+    });
+}
+
+/// A rate change re-expresses the word in new units, racing a fast-path taker. The
+/// taker's view (units read with the word) must never mix the old word with the new
+/// units: the books balance exactly.
+#[test]
+fn loom_set_rate_racing_a_fast_taker_keeps_the_books() {
+    model(|| {
+        // Half a second in: 1 token and half of the next, at one a second.
+        set_time(SECOND / 2);
+        let bucket = TokenBucket::builder()
+            .rate(Rate::per_second(1))
+            .capacity(3)
+            .initial(1)
+            .build()
+            .unwrap();
+        set_time(SECOND);
+        let taker = on_thread(&bucket, |bucket| bucket.try_take(1).is_ok());
+        bucket
+            .set_rate(Rate::new(3, Duration::from_secs(2)))
+            .unwrap();
+        let taken = u64::from(taker.join().unwrap());
+        // Made at 0.5 s with 1 token, at 1 s it holds 1.5 whatever the order: a rate
+        // change counts what accrued before it at the old rate.
+        let stats = bucket.stats();
+        assert_eq!(stats.taken, taken);
+        assert_eq!(stats.available + taken, 1, "{stats:?}");
+    });
+}
+
+/// A refund racing fast-path takers: the refund goes through the lock, the takers
+/// through the word, and every token refunded is taken or held.
+#[test]
+fn loom_refund_racing_fast_takers_keeps_the_books() {
+    model(|| {
+        let bucket = bucket(2, 1);
+        let taker = on_thread(&bucket, |bucket| {
+            u64::from(bucket.try_take(1).is_ok()) + u64::from(bucket.try_take(1).is_ok())
+        });
+        bucket.refund(1);
+        let taken = taker.join().unwrap();
+        let stats = bucket.stats();
+        assert!(taken >= 1, "the initial token was there for the first try");
+        assert_eq!(stats.taken, taken);
+        assert_eq!(stats.available + taken, 2, "{stats:?}");
+    });
+}

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_now, empty_bucket, ms, secs, yield_until};
-use token_bucket::{Rate, TakeError, TokenBucket};
+use token_bucket::{Rate, TakeError, TokenBucket, TryTakeError};
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]
@@ -120,4 +120,42 @@ async fn ten_thousand_abandoned_waiters_neither_block_nor_swallow() {
     bucket.take(1).await.unwrap();
     assert_now(start, secs(3));
     assert_eq!(bucket.stats().timed_out, 10_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_the_head_stops_counting_at_its_deadline_not_a_tick_later() {
+    // One token a millisecond. The head waits 10 ms for its 10 tokens. Behind it, a
+    // take_timeout(1) with a deadline at 1.5 ms (its token alone could come by then, so
+    // it queues): its own timer runs at the next 1 ms tick (2 ms), but from 1.5 ms on the
+    // bucket no longer counts it, in `queued()` or in a `try_take`'s `retry_after`.
+    let bucket = empty_bucket(Rate::per_second(1_000), 10);
+    let start = Instant::now();
+    let head = tokio::spawn(bucket.take(10));
+    tokio::task::yield_now().await;
+    let behind = tokio::spawn(bucket.take_timeout(1, Duration::from_micros(1_500)));
+    tokio::task::yield_now().await;
+    assert_eq!(bucket.queued(), 2);
+
+    let just_before = Duration::from_nanos(1_499_999);
+    tokio::time::advance(just_before).await;
+    assert_eq!(bucket.queued(), 2, "a nanosecond before its deadline");
+    let Err(TryTakeError::Insufficient { retry_after }) = bucket.try_take(1) else {
+        panic!("the head waits");
+    };
+    // 10 for the head, 1 for the one behind, then 1: 12 tokens, all there at 12 ms.
+    assert_eq!(retry_after, ms(12) - just_before);
+
+    tokio::time::advance(Duration::from_nanos(1)).await;
+    assert_eq!(start.elapsed(), Duration::from_micros(1_500));
+    assert_eq!(bucket.queued(), 1, "at its deadline");
+    let Err(TryTakeError::Insufficient { retry_after }) = bucket.try_take(1) else {
+        panic!("the head waits");
+    };
+    assert_eq!(retry_after, ms(11) - Duration::from_micros(1_500));
+    assert_eq!(bucket.stats().timed_out, 1);
+
+    assert_eq!(behind.await.unwrap(), Err(TakeError::Timeout));
+    assert_eq!(head.await.unwrap(), Ok(()));
+    assert_now(start, ms(10));
+    assert_eq!(bucket.stats().timed_out, 1, "counted once");
 }

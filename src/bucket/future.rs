@@ -132,6 +132,7 @@ fn result_of(outcome: Outcome) -> Result<(), TakeError> {
         Outcome::Granted => Ok(()),
         Outcome::TimedOut => Err(TakeError::Timeout),
         Outcome::Closed | Outcome::Requeued(_) => Err(TakeError::Closed),
+        Outcome::RefillFailed => Err(TakeError::RefillFailed),
         Outcome::ExceedsCapacity {
             requested,
             capacity,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -14,6 +15,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use crate::bucket::builder::Builder;
+use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::queue::{Delivery, Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
@@ -26,6 +28,8 @@ use crate::sync::{oneshot, AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
 pub(crate) struct Shared {
+    /// The state while nobody waits, taken without the lock; see `fast.rs`.
+    pub(crate) fast: FastPath,
     state: Mutex<State>,
     pub(crate) clock: Clock,
     /// Nudges the refill task to plan again.
@@ -42,6 +46,9 @@ pub(crate) struct Shared {
     /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
     /// buckets (a per-key one, say) are never watched and so never pay its allocations.
     close_watch: Mutex<CloseWatch>,
+    /// Makes the refill task panic, to test what a panic there does.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
 }
 
 /// The signal [`TokenBucket::close`] fires, if anyone watches for it.
@@ -57,11 +64,75 @@ enum CloseWatch {
     Fired,
 }
 
+/// The state, held: the fast path's word is seized while it is held, and handed the
+/// state back when it is released with nobody waiting.
+pub(crate) struct Locked<'a> {
+    fast: &'a FastPath,
+    state: MutexGuard<'a, State>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.state.flush_tally(&self.fast.counters);
+        if let Some(ledger) = self.state.idle_ledger() {
+            self.fast
+                .publish(ledger, self.state.rate(), self.state.capacity());
+        }
+    }
+}
+
 impl Shared {
-    /// The state. No code panics while holding the lock, but if a caller's panic ever
-    /// poisoned it the state is still consistent, so poisoning is ignored.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The state, as of `now` at the earliest. No code panics while holding the lock,
+    /// but if a caller's panic ever poisoned it the state is still consistent, so
+    /// poisoning is ignored.
+    pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ledger) = self.fast.seize(now, state.rate()) {
+            state.adopt(ledger);
+        }
+        Locked {
+            fast: &self.fast,
+            state,
+        }
+    }
+
+    /// Closes the bucket: the flag first, so that a waiter woken on another thread finds
+    /// `is_closed()` true, then the state (with `close`, which tells the waiters), then
+    /// whoever watches for the close.
+    fn close(&self, close: impl FnOnce(&mut State, u64)) {
+        let now = self.clock.now();
+        let mut state = self.lock(now);
+        self.closed.store(true, Ordering::Release);
+        close(&mut state, now);
+        // The refill task must see it, and end.
+        if state.refill_needs_nudge() {
+            self.refill_signal.notify_one();
+        }
+        self.unlock_and_deliver(state, Vec::new());
+        let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
+        if let CloseWatch::Watched { sender, .. } = watch {
+            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
+            let _ = sender.send(());
+        }
+    }
+
+    /// The refill task panicked: see [`TakeError::RefillFailed`].
+    pub(crate) fn fail_refill(&self) {
+        self.close(|state, _| state.fail());
     }
 
     fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
@@ -75,7 +146,7 @@ impl Shared {
     /// vector, so that a caller that serves often (the refill task) reuses its capacity.
     pub(crate) fn unlock_and_deliver<'a>(
         &'a self,
-        mut state: MutexGuard<'a, State>,
+        mut state: Locked<'a>,
         mut deliveries: Vec<Delivery>,
     ) -> Vec<Delivery> {
         loop {
@@ -88,8 +159,9 @@ impl Shared {
                 return deliveries;
             }
             // Rare: a waiter left between the decision and the send.
-            state = self.lock();
-            state.undelivered(owed, self.clock.now());
+            let now = self.clock.now();
+            state = self.lock(now);
+            state.undelivered(owed, now);
             if state.refill_needs_nudge() {
                 self.refill_signal.notify_one();
             }
@@ -215,8 +287,10 @@ impl TokenBucket {
         settings.validate()?;
         let clock = Clock::start();
         let state = State::new(settings, clock.now());
+        let fast = FastPath::new(state.ledger(), settings.rate, settings.capacity);
         Ok(TokenBucket {
             shared: Arc::new(Shared {
+                fast,
                 state: Mutex::new(state),
                 clock,
                 refill_signal: Arc::new(Notify::new()),
@@ -225,6 +299,8 @@ impl TokenBucket {
                 capacity: AtomicU64::new(settings.capacity),
                 queue_limit: settings.queue_limit,
                 close_watch: Mutex::new(CloseWatch::Unwatched),
+                #[cfg(all(test, not(loom)))]
+                panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -256,7 +332,11 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn try_take(&self, tokens: u64) -> Result<(), TryTakeError> {
-        self.update(|state, now| state.try_take(tokens, now))
+        let now = self.shared.clock.now();
+        if let Some(result) = self.shared.fast.try_take(tokens, now) {
+            return result;
+        }
+        self.update_at(now, |state, now| state.try_take(tokens, now))
     }
 
     /// Takes `tokens`, waiting in first-in, first-out order until they are there.
@@ -428,7 +508,11 @@ impl TokenBucket {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn available(&self) -> u64 {
-        self.update(State::available)
+        let now = self.shared.clock.now();
+        if let Some(tokens) = self.shared.fast.available(now) {
+            return tokens;
+        }
+        self.update_at(now, State::available)
     }
 
     /// The most tokens the bucket holds.
@@ -466,7 +550,11 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn rate(&self) -> Rate {
-        self.shared.lock().rate()
+        let now = self.shared.clock.now();
+        if let Some((rate, _, _)) = self.shared.fast.settings_and_tokens(now) {
+            return rate;
+        }
+        self.shared.lock(now).rate()
     }
 
     /// Waiters in the queue now (those that gave up are not counted).
@@ -478,7 +566,12 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn queued(&self) -> usize {
-        self.update(|state, now| {
+        let now = self.shared.clock.now();
+        if self.shared.fast.available(now).is_some() {
+            // The word is open: nobody waits.
+            return 0;
+        }
+        self.update_at(now, |state, now| {
             state.serve(now);
             state.queued()
         })
@@ -564,18 +657,7 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn close(&self) {
-        self.update(|state, now| {
-            // Set before the waiters are told: one woken on another thread must find
-            // `is_closed()` true.
-            self.shared.closed.store(true, Ordering::Release);
-            state.close(now);
-        });
-        // Only now that the flag is set: whoever a `Closed` wakes sees the bucket closed.
-        let watch = std::mem::replace(&mut *self.shared.close_watch(), CloseWatch::Fired);
-        if let CloseWatch::Watched { sender, .. } = watch {
-            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
-            let _ = sender.send(());
-        }
+        self.shared.close(|state, now| state.close(now));
     }
 
     /// A future that resolves once the bucket is [closed](TokenBucket::close), at once if
@@ -660,7 +742,26 @@ impl TokenBucket {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn stats(&self) -> Stats {
-        self.update(State::stats)
+        let now = self.shared.clock.now();
+        if let Some((rate, capacity, available)) = self.shared.fast.settings_and_tokens(now) {
+            let counted = self.shared.fast.counters.read();
+            return Stats {
+                available,
+                capacity,
+                rate,
+                queued: 0,
+                queued_tokens: 0,
+                taken: counted.taken,
+                refunded: counted.refunded,
+                denied: counted.denied,
+                timed_out: counted.timed_out,
+                closed: false,
+            };
+        }
+        // Read under the lock, with the word seized: no grant is counted meanwhile.
+        self.update_at(now, |state, now| {
+            state.stats(now, self.shared.fast.counters.read())
+        })
     }
 
     fn request(&self, kind: Kind, tokens: u64, deadline: u64) -> (TokenBucket, Request) {
@@ -675,8 +776,12 @@ impl TokenBucket {
     /// Runs `change` on the state at the current instant, then nudges the refill task if
     /// the change made something due sooner than it planned for.
     fn update<R>(&self, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        let now = self.shared.clock.now();
-        let mut state = self.shared.lock();
+        self.update_at(self.shared.clock.now(), change)
+    }
+
+    /// [`update`](TokenBucket::update) at an instant already read.
+    fn update_at<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
+        let mut state = self.shared.lock(now);
         let result = change(&mut state, now);
         if state.refill_needs_nudge() {
             self.shared.refill_signal.notify_one();
@@ -694,6 +799,14 @@ impl TokenBucket {
     /// When the request must wait inside a tokio runtime without a timer (see
     /// [`clock::require_timer`]).
     pub(crate) fn begin(&self, request: Request) -> Result<Option<Queued>, TakeError> {
+        let now = self.shared.clock.now();
+        let served_now = match request.kind {
+            Kind::Take => self.shared.fast.take_now(request.tokens, now),
+            Kind::Wait => self.shared.fast.holds(request.tokens, now),
+        };
+        if served_now {
+            return Ok(None);
+        }
         let mut timer_checked = false;
         loop {
             let begun = self.update(|state, now| {
@@ -737,7 +850,7 @@ impl TokenBucket {
             return;
         }
         clock::require_timer();
-        let mut state = self.shared.lock();
+        let mut state = self.shared.lock(self.shared.clock.now());
         // Outside any runtime there is nobody to start it; the next poll inside one will.
         let _ = refill::ensure_running(&self.shared, &mut state);
     }
@@ -765,8 +878,8 @@ impl TokenBucket {
         .expect("a live bucket's settings passed validation when it was made")
     }
 
-    /// The shared state, for the loom tests to drive the refill task's own code.
-    #[cfg(all(test, loom))]
+    /// The shared state, for tests to drive the refill task's own code.
+    #[cfg(test)]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

@@ -31,6 +31,20 @@ impl Ledger {
         }
     }
 
+    /// A ledger of `tokens` and `fraction` parts of the next token at `last`.
+    pub(crate) fn from_parts(tokens: u64, fraction: u128, last: u64) -> Ledger {
+        Ledger {
+            tokens,
+            fraction,
+            last,
+        }
+    }
+
+    /// Parts of the next token, in units of `1 / rate.period_nanos()`.
+    pub(crate) fn fraction(&self) -> u128 {
+        self.fraction
+    }
+
     /// Whole tokens held at [`last`](Ledger::last).
     pub(crate) fn tokens(&self) -> u64 {
         self.tokens

@@ -6,6 +6,8 @@
 //! - `builder.rs`: [`Builder`], every setting checked at once.
 //! - `future.rs`: [`Take`], [`TakeTimeout`], [`Wait`] and [`WaitTimeout`], the futures
 //!   of requests that must queue.
+//! - `fast.rs`: the fast path, the whole state in one atomic word while nobody waits,
+//!   taken by compare-and-swap without the lock.
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
 //! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
@@ -16,6 +18,7 @@
 //! Nothing here knows of windows, adapters or keys.
 
 mod builder;
+mod fast;
 mod future;
 mod handle;
 mod ledger;

@@ -8,8 +8,10 @@
 //! tombstones outnumber live waiters the queue is compacted, so waiters cancelled behind
 //! a slow head cannot grow memory without bound.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
+use crate::clock::NEVER;
 use crate::sync::oneshot;
 
 /// What a waiter is told when it leaves the queue, or when it must listen elsewhere.
@@ -21,6 +23,8 @@ pub(crate) enum Outcome {
     TimedOut,
     /// The bucket was closed.
     Closed,
+    /// The refill task panicked, and the bucket closed.
+    RefillFailed,
     /// The capacity was lowered below its request.
     ExceedsCapacity { requested: u64, capacity: u64 },
     /// The refill task died with its runtime. The waiter keeps its place; its outcome
@@ -114,6 +118,10 @@ pub(crate) struct WaiterQueue {
     /// The largest wait request since the queue was last empty (an upper bound on the
     /// live ones, kept in O(1)).
     wait_peak: u64,
+    /// Waiters with a deadline, soonest first, so that one behind the head stops counting
+    /// at its deadline, not when its own timer runs (a tick later). Entries of waiters
+    /// that have left stay until they surface or the heap is rebuilt.
+    deadlines: BinaryHeap<Reverse<(u64, WaiterId)>>,
 }
 
 impl WaiterQueue {
@@ -153,7 +161,28 @@ impl WaiterQueue {
         if request.kind == Kind::Wait {
             self.wait_peak = self.wait_peak.max(request.tokens);
         }
+        if request.deadline != NEVER {
+            self.deadlines.push(Reverse((request.deadline, id)));
+        }
         (id, receiver)
+    }
+
+    /// Takes out every live waiter whose deadline is at or before `now`, returning their
+    /// senders to be told. The caller has served the head up to `now`, so these are
+    /// behind a head still waiting: none of them could have been served before its
+    /// deadline.
+    pub(crate) fn expire(&mut self, now: u64) -> Vec<oneshot::Sender<Outcome>> {
+        let mut expired = Vec::new();
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some(sender) = self.take_live(id) {
+                expired.push(sender);
+            }
+        }
+        expired
     }
 
     /// The first live request, dropping tombstones in front of it.
@@ -184,13 +213,18 @@ impl WaiterQueue {
     /// Makes the live waiter `id` a tombstone, in O(log n). Returns false when it is not
     /// in the queue (it was already told its outcome).
     pub(crate) fn abandon(&mut self, id: WaiterId) -> bool {
-        let Ok(index) = self.entries.binary_search_by_key(&id, |entry| entry.id) else {
-            return false;
-        };
+        self.take_live(id).is_some()
+    }
+
+    /// Makes the live waiter `id` a tombstone and returns its sender, in O(log n); `None`
+    /// when it is not in the queue.
+    fn take_live(&mut self, id: WaiterId) -> Option<oneshot::Sender<Outcome>> {
+        let index = self
+            .entries
+            .binary_search_by_key(&id, |entry| entry.id)
+            .ok()?;
         let entry = &mut self.entries[index];
-        if entry.sender.take().is_none() {
-            return false;
-        }
+        let sender = entry.sender.take()?;
         let request = entry.request;
         self.tombstones += 1;
         self.forget(request);
@@ -198,7 +232,7 @@ impl WaiterQueue {
             self.entries.retain(|entry| entry.sender.is_some());
             self.tombstones = 0;
         }
-        true
+        Some(sender)
     }
 
     /// Tells every live waiter whose request `matches` its outcome, and removes it.
@@ -256,6 +290,17 @@ impl WaiterQueue {
             self.entries.clear();
             self.tombstones = 0;
             self.wait_peak = 0;
+            self.deadlines.clear();
+        } else if self.deadlines.len() > 2 * self.live + COMPACTION_SLACK {
+            // Most deadlines belong to waiters gone (granted, or left): keep the live
+            // ones. Paid for by the live + 64 departures since the last rebuild.
+            let live: Vec<_> = self
+                .entries
+                .iter()
+                .filter(|entry| entry.sender.is_some() && entry.request.deadline != NEVER)
+                .map(|entry| Reverse((entry.request.deadline, entry.id)))
+                .collect();
+            self.deadlines = BinaryHeap::from(live);
         }
     }
 }
@@ -263,7 +308,6 @@ impl WaiterQueue {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::clock::NEVER;
 
     fn take(tokens: u64) -> Request {
         Request {
@@ -284,6 +328,26 @@ mod tests {
         }
         assert_eq!((queue.len(), queue.tokens()), (1, 10));
         assert_eq!(queue.head(), Some(take(10)));
+    }
+
+    #[test]
+    fn deadlines_of_waiters_served_while_others_wait_do_not_grow_the_heap() {
+        let mut queue = WaiterQueue::default();
+        let with_deadline = Request {
+            deadline: 1_000_000,
+            ..take(1)
+        };
+        let _head = queue.push(take(1));
+        for _ in 0..100_000 {
+            let _waiter = queue.push(with_deadline);
+            // The one in front is served; the queue is never empty.
+            assert!(queue.head().is_some());
+            drop(queue.pop_head());
+            assert!(queue.deadlines.len() <= 2 * queue.len() + COMPACTION_SLACK + 1);
+        }
+        // The deadline of the one still queued is still kept.
+        assert_eq!(queue.expire(1_000_000).len(), 1);
+        assert!(queue.is_empty());
     }
 
     #[test]

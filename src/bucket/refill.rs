@@ -9,11 +9,12 @@
 //! and it ends when the bucket is closed.
 
 use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use futures::future::{select, Either};
+use futures::future::{select, Either, FutureExt};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -37,7 +38,7 @@ pub(crate) fn ensure_running(shared: &Arc<Shared>, state: &mut State) -> Result<
     state.refill_started();
     let guard = RunningGuard(Arc::downgrade(shared));
     SPAWNING.with(|spawning| spawning.set(true));
-    runtime.spawn(run(guard, Arc::clone(&shared.refill_signal)));
+    runtime.spawn(supervise(guard, Arc::clone(&shared.refill_signal)));
     SPAWNING.with(|spawning| spawning.set(false));
     if !shared.refill_running.load(Ordering::Acquire) {
         // The runtime is shutting down and dropped the task at once.
@@ -65,16 +66,29 @@ impl Drop for RunningGuard {
         shared.refill_running.store(false, Ordering::Release);
         // Inside `spawn` the spawner holds the lock, and its waiter is not queued yet.
         if !SPAWNING.with(Cell::get) {
-            shared.lock().refill_lost();
+            shared.lock(shared.clock.now()).refill_lost();
         }
     }
 }
 
-async fn run(guard: RunningGuard, signal: Arc<Notify>) {
+/// Runs the task. If it panics (a bug), the bucket closes and its waiters are told
+/// [`TakeError::RefillFailed`]: started again by the next waiter, the task could panic
+/// again for ever. The guard outlives the task, so that nobody starts another before the
+/// waiters are told.
+async fn supervise(guard: RunningGuard, signal: Arc<Notify>) {
+    let task = AssertUnwindSafe(run(&guard.0, signal));
+    if task.catch_unwind().await.is_err() {
+        if let Some(shared) = guard.0.upgrade() {
+            shared.fail_refill();
+        }
+    }
+}
+
+async fn run(bucket: &Weak<Shared>, signal: Arc<Notify>) {
     let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut deliveries = Vec::new();
     loop {
-        let Some(wake_at) = serve_and_plan(&guard.0, &mut deliveries) else {
+        let Some(wake_at) = serve_and_plan(bucket, &mut deliveries) else {
             return;
         };
         let nudged = signal.notified();
@@ -99,7 +113,11 @@ pub(crate) fn serve_and_plan(
 ) -> Option<Option<Instant>> {
     let shared = bucket.upgrade()?;
     let now = shared.clock.now();
-    let mut state = shared.lock();
+    let mut state = shared.lock(now);
+    #[cfg(all(test, not(loom)))]
+    if shared.panic_in_refill.load(Ordering::Relaxed) {
+        panic!("a panic in the refill task, made by a test");
+    }
     if state.is_closed() {
         return None;
     }
@@ -107,4 +125,46 @@ pub(crate) fn serve_and_plan(
     let due = state.plan_refill();
     *deliveries = shared.unlock_and_deliver(state, std::mem::take(deliveries));
     Some(shared.clock.instant(due))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Rate, TakeError, TokenBucket, TryTakeError};
+
+    /// On a real clock, so that a task restarted for ever (which never lets paused time
+    /// move) fails the timeout instead of hanging the test.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refill_task_that_panics_closes_the_bucket_and_tells_its_waiters() {
+        let bucket = TokenBucket::builder()
+            .rate(Rate::per_second(1))
+            .capacity(1)
+            .initial(0)
+            .build()
+            .unwrap();
+        bucket
+            .shared()
+            .panic_in_refill
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let waiter = tokio::spawn({
+            let bucket = bucket.clone();
+            async move { bucket.take(1).await }
+        });
+        let told = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is told, not left hanging")
+            .unwrap();
+        assert_eq!(told, Err(TakeError::RefillFailed));
+        assert!(bucket.is_closed());
+        // Nobody starts the task again: later requests are refused at once.
+        assert_eq!(bucket.take(1).await, Err(TakeError::Closed));
+        assert_eq!(bucket.try_take(1), Err(TryTakeError::Closed));
+        tokio::task::yield_now().await;
+        assert!(!bucket
+            .shared()
+            .refill_running
+            .load(std::sync::atomic::Ordering::Acquire));
+        assert_eq!(bucket.stats().queued, 0);
+    }
 }

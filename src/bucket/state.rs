@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use crate::bucket::fast::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::Stats;
@@ -73,12 +74,39 @@ pub(crate) enum Leaving {
     DeadlinePassed,
 }
 
+/// What this lock section counted, added to the bucket's atomic
+/// [`Counters`] when the lock is released (see [`State::flush_tally`]), so that the
+/// state's own code stays sequential.
 #[derive(Debug, Default)]
-struct Counters {
+struct Tally {
     taken: u64,
+    /// Grants counted earlier that nobody saw.
+    untaken: u64,
     refunded: u64,
     denied: u64,
     timed_out: u64,
+}
+
+impl Tally {
+    fn add_taken(&mut self, tokens: u64) {
+        self.taken = self.taken.saturating_add(tokens);
+    }
+
+    fn remove_taken(&mut self, tokens: u64) {
+        self.untaken = self.untaken.saturating_add(tokens);
+    }
+
+    fn add_refunded(&mut self, tokens: u64) {
+        self.refunded = self.refunded.saturating_add(tokens);
+    }
+
+    fn add_denied(&mut self) {
+        self.denied = self.denied.saturating_add(1);
+    }
+
+    fn add_timed_out(&mut self) {
+        self.timed_out = self.timed_out.saturating_add(1);
+    }
 }
 
 #[derive(Debug)]
@@ -89,7 +117,7 @@ pub(crate) struct State {
     ledger: Ledger,
     queue: WaiterQueue,
     closed: bool,
-    counters: Counters,
+    tally: Tally,
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
     /// Outcomes decided but not yet sent; whoever holds the lock sends them after
@@ -106,7 +134,7 @@ impl State {
             ledger: Ledger::new(settings.initial, now),
             queue: WaiterQueue::default(),
             closed: false,
-            counters: Counters::default(),
+            tally: Tally::default(),
             refill_wake: NEVER,
             deliveries: Vec::new(),
         }
@@ -143,7 +171,7 @@ impl State {
                 }
                 // Those behind it could not be served while it stood in front of them.
                 self.ledger.advance(head.deadline, self.rate);
-                self.counters.timed_out = self.counters.timed_out.saturating_add(1);
+                self.tally.add_timed_out();
                 if let Some(sender) = self.queue.pop_head() {
                     self.deliveries
                         .push(Delivery::new(sender, Outcome::TimedOut, 0));
@@ -159,12 +187,19 @@ impl State {
             match self.queue.pop_head() {
                 // A receiver already gone gives its tokens back at once, on the schedule.
                 Some(sender) if !sender.is_closed() => {
-                    self.counters.taken = self.counters.taken.saturating_add(consumed);
+                    self.tally.add_taken(consumed);
                     self.deliveries
                         .push(Delivery::new(sender, Outcome::Granted, consumed));
                 }
                 _ => self.ledger.give_back(consumed),
             }
+        }
+        // Those behind the head whose deadline passed leave now, at the instant anyone
+        // looks, rather than when their own timer runs a tick later.
+        for sender in self.queue.expire(now) {
+            self.tally.add_timed_out();
+            self.deliveries
+                .push(Delivery::new(sender, Outcome::TimedOut, 0));
         }
         self.ledger.advance(now, self.rate);
         // While waiters queue the head always needs more than is held, so the cap can
@@ -195,7 +230,7 @@ impl State {
             })
         } else if self.queue.is_empty() && self.ledger.tokens() >= tokens {
             self.ledger.take(tokens);
-            self.counters.taken = self.counters.taken.saturating_add(tokens);
+            self.tally.add_taken(tokens);
             Ok(())
         } else {
             let needed = self.queue.tokens_ahead_of(tokens);
@@ -207,7 +242,7 @@ impl State {
             Err(TryTakeError::Insufficient { retry_after: wait })
         };
         if result.is_err() {
-            self.counters.denied = self.counters.denied.saturating_add(1);
+            self.tally.add_denied();
         }
         result
     }
@@ -230,12 +265,12 @@ impl State {
         if self.queue.is_empty() && self.ledger.tokens() >= request.tokens {
             let consumed = request.consumes();
             self.ledger.take(consumed);
-            self.counters.taken = self.counters.taken.saturating_add(consumed);
+            self.tally.add_taken(consumed);
             return Ok(Admission::Granted);
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
         if self.ledger.ready_at(request.tokens, self.rate) > request.deadline {
-            self.counters.timed_out = self.counters.timed_out.saturating_add(1);
+            self.tally.add_timed_out();
             return Err(TakeError::Timeout);
         }
         if let Some(limit) = self.queue_limit {
@@ -273,7 +308,7 @@ impl State {
             Some(outcome) => {
                 if why == Leaving::Dropped && matches!(outcome, Outcome::Granted) {
                     let consumed = request.consumes();
-                    self.counters.taken = self.counters.taken.saturating_sub(consumed);
+                    self.tally.remove_taken(consumed);
                     self.return_unseen(consumed, now);
                 }
                 Some(outcome)
@@ -281,7 +316,7 @@ impl State {
             None => {
                 if self.queue.abandon(id) {
                     if why == Leaving::DeadlinePassed {
-                        self.counters.timed_out = self.counters.timed_out.saturating_add(1);
+                        self.tally.add_timed_out();
                     }
                     // It may have been the head that held the others back.
                     self.serve(now);
@@ -306,7 +341,7 @@ impl State {
     /// they go back to the bucket, as if never taken.
     pub(crate) fn undelivered(&mut self, tokens: u64, now: u64) {
         let now = self.serve(now);
-        self.counters.taken = self.counters.taken.saturating_sub(tokens);
+        self.tally.remove_taken(tokens);
         self.return_unseen(tokens, now);
     }
 
@@ -328,7 +363,7 @@ impl State {
         if self.closed {
             return;
         }
-        self.counters.refunded = self.counters.refunded.saturating_add(tokens);
+        self.tally.add_refunded(tokens);
         self.put_back(tokens, now);
     }
 
@@ -389,20 +424,73 @@ impl State {
         self.queue.finish_where(|_| Some(Outcome::Closed));
     }
 
-    pub(crate) fn stats(&mut self, now: u64) -> Stats {
+    /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
+    /// section began.
+    /// The refill task panicked: closes for good, telling every waiter so. It does not
+    /// serve first, since serving may be what panicked.
+    pub(crate) fn fail(&mut self) {
+        self.closed = true;
+        self.queue.finish_where(|_| Some(Outcome::RefillFailed));
+    }
+
+    pub(crate) fn stats(&mut self, now: u64, counted: Counted) -> Stats {
         self.serve(now);
+        let tally = &self.tally;
         Stats {
             available: self.ledger.tokens(),
             capacity: self.capacity,
             rate: self.rate,
             queued: self.queue.len(),
             queued_tokens: self.queue.tokens(),
-            taken: self.counters.taken,
-            refunded: self.counters.refunded,
-            denied: self.counters.denied,
-            timed_out: self.counters.timed_out,
+            taken: counted
+                .taken
+                .saturating_add(tally.taken)
+                .saturating_sub(tally.untaken),
+            refunded: counted.refunded.saturating_add(tally.refunded),
+            denied: counted.denied.saturating_add(tally.denied),
+            timed_out: counted.timed_out.saturating_add(tally.timed_out),
             closed: self.closed,
         }
+    }
+
+    /// Adds what this lock section counted to the bucket's counters, and starts afresh.
+    pub(crate) fn flush_tally(&mut self, counters: &Counters) {
+        let tally = std::mem::take(&mut self.tally);
+        if tally.taken > 0 {
+            counters.add_taken(tally.taken);
+        }
+        if tally.untaken > 0 {
+            counters.remove_taken(tally.untaken);
+        }
+        if tally.refunded > 0 {
+            counters.add_refunded(tally.refunded);
+        }
+        if tally.denied > 0 {
+            counters.add_denied(tally.denied);
+        }
+        if tally.timed_out > 0 {
+            counters.add_timed_out(tally.timed_out);
+        }
+    }
+
+    /// Makes `ledger`, read from the fast path's word, the authority.
+    pub(crate) fn adopt(&mut self, ledger: Ledger) {
+        debug_assert!(self.queue.is_empty() && !self.closed);
+        self.ledger = ledger;
+    }
+
+    /// The ledger, when the fast path may hold the state instead: nobody waits and the
+    /// bucket is open.
+    pub(crate) fn idle_ledger(&self) -> Option<&Ledger> {
+        (self.queue.is_empty() && !self.closed).then_some(&self.ledger)
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub(crate) fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 
     /// The next instant something is due: the head's tokens accrue or its deadline
@@ -467,6 +555,12 @@ mod tests {
     use crate::bucket::queue::Kind;
 
     const SECOND: u64 = 1_000_000_000;
+    const NOTHING_COUNTED: Counted = Counted {
+        taken: 0,
+        denied: 0,
+        refunded: 0,
+        timed_out: 0,
+    };
 
     fn empty_bucket_at_one_per_second() -> State {
         let settings = Settings {
@@ -496,7 +590,7 @@ mod tests {
         state.swap_deliveries(&mut deliveries);
         assert_eq!(deliveries.into_iter().map(Delivery::send).sum::<u64>(), 0);
         assert!(matches!(receiver.try_recv(), Ok(Outcome::Granted)));
-        assert_eq!(state.stats(SECOND).taken, 1);
+        assert_eq!(state.stats(SECOND, NOTHING_COUNTED).taken, 1);
     }
 
     #[test]
@@ -513,7 +607,7 @@ mod tests {
         let owed: u64 = in_flight.into_iter().map(Delivery::send).sum();
         assert_eq!(owed, 1, "the send must fail once the waiter has left");
         state.undelivered(owed, SECOND);
-        let stats = state.stats(SECOND);
+        let stats = state.stats(SECOND, NOTHING_COUNTED);
         assert_eq!((stats.available, stats.taken, stats.queued), (1, 0, 0));
     }
 }

@@ -4,7 +4,9 @@ use crate::rate::Rate;
 
 /// A snapshot of a bucket, from [`TokenBucket::stats`](crate::TokenBucket::stats).
 ///
-/// The counters run from the bucket's creation and saturate rather than wrap.
+/// The counters run from the bucket's creation and saturate rather than wrap. They are
+/// counted without the lock, so a snapshot taken while another thread is being served
+/// may not count that grant yet; a snapshot taken after it returned does.
 ///
 /// ```
 /// use token_bucket::{Rate, TokenBucket};

@@ -1,0 +1,672 @@
+//! The fast path: while nobody waits, the bucket's whole state is one atomic word, and
+//! `try_take`, the requests served at once, `available`, `rate` and `stats` read or
+//! update it by compare-and-swap, without the lock.
+//!
+//! # The word is the ledger in other units
+//!
+//! Divide the rate's amount and period by their greatest common divisor: then one
+//! nanosecond is worth `per_nanosecond` *units* and one token `per_token` units, both whole
+//! numbers. The word holds `empty_at`, the instant, in units, at which the bucket would
+//! hold nothing. At `now` it holds `now - empty_at` units, but never more than its
+//! capacity: taking `tokens` first raises `empty_at` to `now - capacity` (a full bucket)
+//! and then moves it `tokens` tokens' worth later, and is allowed only if it is then no
+//! later than `now`. This is GCRA (the generic cell rate algorithm), and it is the ledger
+//! behind the lock (whole tokens, a carried fraction, capped when observed) to the unit:
+//! converting between the two loses nothing, so a grant happens at the same nanosecond
+//! whichever path serves it.
+//!
+//! Units are counted from a `base` instant, so that they fit in the word's 55 bits for
+//! years at common rates. When they would not, a locked operation moves the base.
+//!
+//! # Who holds the state
+//!
+//! The top bit, [`LOCKED`], says that the state behind the lock is the authority:
+//! someone waits, the bucket is closed, its numbers do not fit the word, or a locked
+//! operation is under way. Every locked operation first *seizes* the word (sets the bit
+//! and turns the word into the ledger), and when it ends with nobody waiting and the
+//! bucket open it *publishes* the ledger back. A waiter is queued only after the word is
+//! seized, and seizing makes every compare-and-swap begun before it fail, so a taker on
+//! the fast path never passes a waiter.
+//!
+//! # The epoch
+//!
+//! The settings the word is read with (its units, the capacity, the base) change only
+//! while the word is seized, and each change advances an 8-bit epoch kept in the word. A
+//! taker that read the word before such a change and the settings after it fails its
+//! compare-and-swap, since the epoch moved. Only a taker stalled between its two steps
+//! while exactly a multiple of 256 changes of rate, capacity or base went by could be
+//! fooled; the base moves at most once a millisecond.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::time::Duration;
+
+use crate::bucket::ledger::Ledger;
+use crate::error::TryTakeError;
+use crate::rate::Rate;
+use crate::sync::AtomicU64;
+
+/// The state behind the lock is the authority; see the module's docs.
+const LOCKED: u64 = 1 << 63;
+/// Where the epoch starts: bits 55 to 62.
+const EPOCH_SHIFT: u32 = 55;
+const EPOCH_MASK: u64 = 0xFF << EPOCH_SHIFT;
+/// `empty_at`, in units since the base minus a capacity's worth (so never negative).
+const FIELD_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
+/// Units since the base stay below this, so that a grant's end (now plus at most a
+/// capacity's worth) stays below the field's top.
+const HORIZON: u64 = 1 << 54;
+/// A base is moved once units since it pass this, leaving half the horizon to go.
+const REBASE_AT: u64 = HORIZON / 2;
+/// The most a full bucket may be worth, in units, for the word to hold it.
+const MAX_CAPACITY_UNITS: u64 = HORIZON / 4;
+/// A base must last at least this many nanoseconds (a millisecond) before it has to
+/// move, or the fast path would spend its time moving it.
+const MIN_BASE_LIFETIME: u64 = 1_000_000;
+
+/// Counters of what the bucket did, as [`Stats`](crate::Stats) reports them. Atomics,
+/// so that the fast path counts without the lock; they sit beside the word, on the cache
+/// line a taker already holds.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    taken: AtomicU64,
+    denied: AtomicU64,
+    refunded: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    pub(crate) taken: u64,
+    pub(crate) denied: u64,
+    pub(crate) refunded: u64,
+    pub(crate) timed_out: u64,
+}
+
+impl Counters {
+    pub(crate) fn add_taken(&self, tokens: u64) {
+        saturating_add(&self.taken, tokens);
+    }
+
+    /// A grant nobody saw: it no longer counts.
+    pub(crate) fn remove_taken(&self, tokens: u64) {
+        let _ = self
+            .taken
+            .fetch_update(Relaxed, Relaxed, |taken| Some(taken.saturating_sub(tokens)));
+    }
+
+    pub(crate) fn add_denied(&self, requests: u64) {
+        saturating_add(&self.denied, requests);
+    }
+
+    pub(crate) fn add_refunded(&self, tokens: u64) {
+        saturating_add(&self.refunded, tokens);
+    }
+
+    pub(crate) fn add_timed_out(&self, requests: u64) {
+        saturating_add(&self.timed_out, requests);
+    }
+
+    pub(crate) fn read(&self) -> Counted {
+        Counted {
+            taken: self.taken.load(Relaxed),
+            denied: self.denied.load(Relaxed),
+            refunded: self.refunded.load(Relaxed),
+            timed_out: self.timed_out.load(Relaxed),
+        }
+    }
+}
+
+/// Adds with one `fetch_add` (the fast path's cost), then pins a counter that wrapped at
+/// its maximum: the counters saturate, as `Stats` documents.
+fn saturating_add(counter: &AtomicU64, amount: u64) {
+    let before = counter.fetch_add(amount, Relaxed);
+    if before.checked_add(amount).is_none() {
+        counter.store(u64::MAX, Relaxed);
+    }
+}
+
+/// The units a bucket's word counts in, and the instant they count from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Units {
+    per_nanosecond: u64,
+    per_token: u64,
+    capacity: u64,
+    /// The nanosecond (on the bucket's clock) units are counted from.
+    base: u64,
+}
+
+impl Units {
+    /// The units for `rate` and `capacity`, or `None` when the word cannot hold them.
+    fn new(rate: Rate, capacity: u64, base: u64) -> Option<Units> {
+        let period = u64::try_from(rate.period_nanos()).ok()?;
+        let divisor = gcd(rate.amount(), period);
+        let units = Units {
+            per_nanosecond: rate.amount() / divisor,
+            per_token: period / divisor,
+            capacity,
+            base,
+        };
+        let full = capacity.checked_mul(units.per_token)?;
+        let lifetime = (HORIZON - REBASE_AT) / units.per_nanosecond;
+        (full <= MAX_CAPACITY_UNITS && lifetime >= MIN_BASE_LIFETIME).then_some(units)
+    }
+
+    /// A full bucket, in units.
+    fn full(&self) -> u64 {
+        self.capacity * self.per_token
+    }
+
+    /// `now` in units: since the base, plus a full bucket's worth (so that `empty_at`
+    /// of a full bucket is never negative). `None` past the horizon: the base must move.
+    #[inline]
+    fn at(&self, now: u64) -> Option<u64> {
+        now.saturating_sub(self.base)
+            .checked_mul(self.per_nanosecond)?
+            .checked_add(self.full())
+            .filter(|&units| units < HORIZON)
+    }
+
+    /// Where `empty_at` moves when `tokens` are taken at `now_units`: `Ok` with the new
+    /// value, or `Err` with how many units too early that is.
+    #[inline]
+    fn take(&self, empty_at: u64, tokens: u64, now_units: u64) -> Result<u64, u64> {
+        let from = empty_at.max(now_units - self.full());
+        // `tokens` is at most the capacity, so this stays below the field's top.
+        let end = from + tokens * self.per_token;
+        if end <= now_units {
+            Ok(end)
+        } else {
+            Err(end - now_units)
+        }
+    }
+
+    /// Whole tokens held at `now_units`.
+    fn tokens(&self, empty_at: u64, now_units: u64) -> u64 {
+        let from = empty_at.max(now_units - self.full());
+        now_units.saturating_sub(from) / self.per_token
+    }
+
+    /// Nanoseconds until `short` more units have accrued, rounded up: never early.
+    fn wait(&self, short: u64) -> Duration {
+        Duration::from_nanos(short.div_ceil(self.per_nanosecond))
+    }
+
+    /// The ledger the word's `empty_at` is worth at `now` (or, if a racing taker already
+    /// took tokens accrued after `now`, at the first nanosecond that leaves none owed).
+    fn ledger(&self, empty_at: u64, now: u64, rate: Rate) -> Ledger {
+        let now = now.max(self.base);
+        let per_nanosecond = u128::from(self.per_nanosecond);
+        let now_units = u128::from(now - self.base) * per_nanosecond + u128::from(self.full());
+        let from = u128::from(empty_at).max(now_units - u128::from(self.full()));
+        let (last, held) = match now_units.checked_sub(from) {
+            Some(held) => (now, held),
+            None => {
+                let owed = from - now_units;
+                let wait = owed.div_ceil(per_nanosecond);
+                // `wait` is below one capacity's worth of nanoseconds: it fits.
+                (now + wait as u64, wait * per_nanosecond - owed)
+            }
+        };
+        let per_token = u128::from(self.per_token);
+        // The ledger counts a token's parts in the rate's own period, not reduced.
+        let scale = rate.period_nanos() / per_token;
+        let tokens = u64::try_from(held / per_token).expect("at most the capacity");
+        Ledger::from_parts(tokens, (held % per_token) * scale, last)
+    }
+
+    /// `empty_at` for `ledger`, whose tokens are at most the capacity, or `None` when its
+    /// instant is past this base's horizon (or before the base).
+    fn empty_at(&self, ledger: &Ledger, rate: Rate) -> Option<u64> {
+        if ledger.last() < self.base {
+            return None;
+        }
+        let now_units = self.at(ledger.last())?;
+        let scale = rate.period_nanos() / u128::from(self.per_token);
+        // A fraction left by a rate change that the new unit cannot hold is rounded
+        // down, as the ledger's own rate change does: less than one part of a token.
+        let fraction = u64::try_from(ledger.fraction() / scale).expect("below one token");
+        let held =
+            (ledger.tokens().min(self.capacity) * self.per_token + fraction).min(self.full());
+        Some(now_units - held)
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// What the fast path saw in the word: everything it needs, read consistently.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    word: u64,
+    units: Units,
+}
+
+impl Seen {
+    fn empty_at(&self) -> u64 {
+        self.word & FIELD_MASK
+    }
+}
+
+/// The word and the settings it is read with. See the module's docs.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(crate) struct FastPath {
+    word: AtomicU64,
+    pub(crate) counters: Counters,
+    // Written only while the word is seized, published by the store that releases it.
+    per_nanosecond: AtomicU64,
+    per_token: AtomicU64,
+    capacity: AtomicU64,
+    base: AtomicU64,
+    // The rate as given, for `rate()` and `stats()`: its period when it fits in u64.
+    rate_amount: AtomicU64,
+    rate_period: AtomicU64,
+}
+
+impl FastPath {
+    /// A word that holds `ledger`, or stays seized when the settings do not fit it.
+    pub(crate) fn new(ledger: &Ledger, rate: Rate, capacity: u64) -> FastPath {
+        let fast = FastPath {
+            word: AtomicU64::new(LOCKED),
+            counters: Counters::default(),
+            per_nanosecond: AtomicU64::new(0),
+            per_token: AtomicU64::new(0),
+            capacity: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            rate_amount: AtomicU64::new(0),
+            rate_period: AtomicU64::new(0),
+        };
+        fast.publish(ledger, rate, capacity);
+        fast
+    }
+
+    /// The word, with the settings it is read with; `None` while it is seized.
+    #[inline]
+    fn see(&self) -> Option<Seen> {
+        let word = self.word.load(Acquire);
+        if word & LOCKED != 0 {
+            return None;
+        }
+        // Acquire: a setting written after a later seize is only seen together with
+        // that seize, which then fails the compare-and-swap or the check in `confirm`.
+        let units = Units {
+            per_nanosecond: self.per_nanosecond.load(Acquire),
+            per_token: self.per_token.load(Acquire),
+            capacity: self.capacity.load(Acquire),
+            base: self.base.load(Acquire),
+        };
+        Some(Seen { word, units })
+    }
+
+    /// Whether the word is still what `seen` read: what was read with it belongs to it.
+    #[inline]
+    fn confirm(&self, seen: &Seen) -> bool {
+        self.word.load(Acquire) == seen.word
+    }
+
+    /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
+    #[inline]
+    pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
+        loop {
+            let seen = self.see()?;
+            let units = seen.units;
+            // The word is open, so the bucket is; and taking nothing passes nobody.
+            if tokens == 0 {
+                return Some(Ok(()));
+            }
+            if tokens > units.capacity {
+                if !self.confirm(&seen) {
+                    continue;
+                }
+                self.counters.add_denied(1);
+                return Some(Err(TryTakeError::ExceedsCapacity {
+                    requested: tokens,
+                    capacity: units.capacity,
+                }));
+            }
+            let now_units = units.at(now)?;
+            match units.take(seen.empty_at(), tokens, now_units) {
+                Ok(end) => {
+                    if self.swap(&seen, end) {
+                        self.counters.add_taken(tokens);
+                        return Some(Ok(()));
+                    }
+                }
+                Err(short) => {
+                    if !self.confirm(&seen) {
+                        continue;
+                    }
+                    self.counters.add_denied(1);
+                    let retry_after = units.wait(short);
+                    return Some(Err(TryTakeError::Insufficient { retry_after }));
+                }
+            }
+        }
+    }
+
+    /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,
+    /// `false` when the lock must decide (to queue, refuse or time out the request).
+    #[inline]
+    pub(crate) fn take_now(&self, tokens: u64, now: u64) -> bool {
+        loop {
+            let Some(seen) = self.see() else {
+                return false;
+            };
+            let units = seen.units;
+            if tokens == 0 {
+                return true;
+            }
+            if tokens > units.capacity {
+                return false;
+            }
+            let Some(now_units) = units.at(now) else {
+                return false;
+            };
+            let Ok(end) = units.take(seen.empty_at(), tokens, now_units) else {
+                return false;
+            };
+            if self.swap(&seen, end) {
+                self.counters.add_taken(tokens);
+                return true;
+            }
+        }
+    }
+
+    fn swap(&self, seen: &Seen, empty_at: u64) -> bool {
+        let word = (seen.word & !FIELD_MASK) | empty_at;
+        self.word
+            .compare_exchange(seen.word, word, AcqRel, Acquire)
+            .is_ok()
+    }
+
+    /// Reads what `read` makes of the word at `now`, if nobody waits.
+    #[inline]
+    fn read<T>(&self, now: u64, read: impl Fn(&Seen, u64) -> T) -> Option<T> {
+        loop {
+            let seen = self.see()?;
+            let now_units = seen.units.at(now)?;
+            let value = read(&seen, now_units);
+            if self.confirm(&seen) {
+                return Some(value);
+            }
+        }
+    }
+
+    /// Whole tokens held at `now`, if nobody waits.
+    pub(crate) fn available(&self, now: u64) -> Option<u64> {
+        self.read(now, |seen, now_units| {
+            seen.units.tokens(seen.empty_at(), now_units)
+        })
+    }
+
+    /// Whether `tokens` are held at `now` with nobody waiting: `wait(tokens)` is served
+    /// at once. `false` when the lock must decide.
+    pub(crate) fn holds(&self, tokens: u64, now: u64) -> bool {
+        self.available(now).is_some_and(|held| held >= tokens)
+    }
+
+    /// The rate, capacity and whole tokens held at `now`, if nobody waits.
+    pub(crate) fn settings_and_tokens(&self, now: u64) -> Option<(Rate, u64, u64)> {
+        self.read(now, |seen, now_units| {
+            let rate = Rate::new(
+                self.rate_amount.load(Acquire),
+                Duration::from_nanos(self.rate_period.load(Acquire)),
+            );
+            let tokens = seen.units.tokens(seen.empty_at(), now_units);
+            (rate, seen.units.capacity, tokens)
+        })
+    }
+
+    /// Seizes the word for the lock's holder. When the word held the state, returns the
+    /// ledger it is worth at `now`, which becomes the authority until it is published.
+    pub(crate) fn seize(&self, now: u64, rate: Rate) -> Option<Ledger> {
+        let word = self.word.fetch_or(LOCKED, AcqRel);
+        if word & LOCKED != 0 {
+            return None;
+        }
+        Some(self.units().ledger(word & FIELD_MASK, now, rate))
+    }
+
+    /// Hands the state back to the word; called by the lock's holder when nobody waits
+    /// and the bucket is open. Leaves the word seized when `rate` and `capacity` do not
+    /// fit it.
+    pub(crate) fn publish(&self, ledger: &Ledger, rate: Rate, capacity: u64) {
+        let word = self.word.load(Relaxed);
+        debug_assert!(word & LOCKED != 0, "only the lock's holder publishes");
+        let current = self.units();
+        let Some(mut units) = Units::new(rate, capacity, current.base) else {
+            return;
+        };
+        // Keep the base while the ledger's instant is well inside its horizon, so the
+        // epoch (and every taker's view) changes only when it must.
+        let keep_base = ledger.last() >= units.base
+            && units
+                .at(ledger.last())
+                .is_some_and(|now_units| now_units < REBASE_AT);
+        if !keep_base {
+            units.base = ledger.last();
+        }
+        let empty_at = units
+            .empty_at(ledger, rate)
+            .expect("a base at the ledger's instant fits");
+        let mut epoch = word & EPOCH_MASK;
+        if units != current || !self.holds_rate(rate) {
+            self.per_nanosecond.store(units.per_nanosecond, Relaxed);
+            self.per_token.store(units.per_token, Relaxed);
+            self.capacity.store(units.capacity, Relaxed);
+            self.base.store(units.base, Relaxed);
+            self.rate_amount.store(rate.amount(), Relaxed);
+            self.rate_period.store(
+                u64::try_from(rate.period_nanos()).expect("checked by Units::new"),
+                Relaxed,
+            );
+            epoch = (epoch + (1 << EPOCH_SHIFT)) & EPOCH_MASK;
+        }
+        // Release: whoever reads this word reads the settings above with it.
+        self.word.store(epoch | empty_at, Release);
+    }
+
+    /// The settings as stored; read by the lock's holder, who alone writes them.
+    fn units(&self) -> Units {
+        Units {
+            per_nanosecond: self.per_nanosecond.load(Relaxed),
+            per_token: self.per_token.load(Relaxed),
+            capacity: self.capacity.load(Relaxed),
+            base: self.base.load(Relaxed),
+        }
+    }
+
+    fn holds_rate(&self, rate: Rate) -> bool {
+        self.rate_amount.load(Relaxed) == rate.amount()
+            && u128::from(self.rate_period.load(Relaxed)) == rate.period_nanos()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// Rates whose units are awkward: a prime amount, a period not a whole number of
+    /// microseconds, many units a nanosecond, a slow rate.
+    fn rates() -> [Rate; 5] {
+        [
+            Rate::per_second(3),
+            Rate::new(7, Duration::from_nanos(999_999_937)),
+            Rate::new(1_000_003, Duration::from_millis(17)),
+            Rate::per_hour(5),
+            Rate::per_second(1_000_000),
+        ]
+    }
+
+    /// The ledger after running from `initial` tokens at 0 to `now`, capped.
+    fn ledger_at(rate: Rate, capacity: u64, initial: u64, now: u64) -> Ledger {
+        let mut ledger = Ledger::new(initial, 0);
+        ledger.advance(now, rate);
+        ledger.cap(capacity);
+        ledger
+    }
+
+    /// What the lock's holder does when the word sends a `try_take` to it: seize, decide
+    /// on the ledger, publish (moving the base when it must).
+    fn try_take_locked(
+        fast: &FastPath,
+        tokens: u64,
+        now: u64,
+        rate: Rate,
+        capacity: u64,
+    ) -> Result<(), TryTakeError> {
+        let mut ledger = fast.seize(now, rate).expect("nobody else holds it");
+        let result = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
+        fast.publish(&ledger, rate, capacity);
+        result
+    }
+
+    /// `try_take` as the ledger behind the lock decides it, with nobody waiting.
+    fn ledger_try_take(
+        ledger: &mut Ledger,
+        tokens: u64,
+        now: u64,
+        rate: Rate,
+        capacity: u64,
+    ) -> Result<(), TryTakeError> {
+        ledger.advance(now, rate);
+        ledger.cap(capacity);
+        if ledger.tokens() >= tokens {
+            ledger.take(tokens);
+            Ok(())
+        } else {
+            let nanos = ledger.time_until(u128::from(tokens), rate);
+            Err(TryTakeError::Insufficient {
+                retry_after: Duration::from_nanos(nanos),
+            })
+        }
+    }
+
+    #[test]
+    fn a_ledger_and_its_word_convert_without_losing_a_part() {
+        for rate in rates() {
+            for capacity in [1, 2, 10, 1_000] {
+                let units = Units::new(rate, capacity, 5).expect("fits");
+                for now in [
+                    5,
+                    6,
+                    333_333_337,
+                    SECOND + 1,
+                    17 * SECOND / 3,
+                    3_600 * SECOND,
+                ] {
+                    let ledger = ledger_at(rate, capacity, 0, now);
+                    // Past the horizon of base 5 the lock's holder moves the base to now.
+                    let units = match units.at(now) {
+                        Some(_) => units,
+                        None => Units { base: now, ..units },
+                    };
+                    let empty_at = units.empty_at(&ledger, rate).expect("inside the horizon");
+                    assert_eq!(
+                        units.ledger(empty_at, now, rate),
+                        ledger,
+                        "{rate} {capacity} {now}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The word decides every `try_take` exactly as the ledger behind the lock does,
+    /// `retry_after` included, over an irregular walk through time.
+    #[test]
+    fn the_word_decides_as_the_ledger_does() {
+        for rate in rates() {
+            for capacity in [1, 3, 50] {
+                let mut ledger = Ledger::new(capacity / 2, 0);
+                let fast = FastPath::new(&ledger, rate, capacity);
+                let mut now = 0u64;
+                let mut step = 1u64;
+                for request in 0..2_000u64 {
+                    now += step;
+                    step = (step * 7_919 + 104_729) % (3 * SECOND / 2);
+                    let tokens = request % (capacity + 1);
+                    let expected = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
+                    let decided = fast
+                        .try_take(tokens, now)
+                        .unwrap_or_else(|| try_take_locked(&fast, tokens, now, rate, capacity));
+                    assert_eq!(decided, expected, "{rate} capacity {capacity} at {now}");
+                    if let Some(available) = fast.available(now) {
+                        assert_eq!(available, ledger.tokens());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn settings_the_word_cannot_hold_leave_it_to_the_lock() {
+        // A full bucket of 10,000 tokens at one an hour is 3.6e16 units: past a quarter
+        // of the horizon.
+        let rate = Rate::per_hour(1);
+        let ledger = Ledger::new(10_000, 0);
+        let fast = FastPath::new(&ledger, rate, 10_000);
+        assert_eq!(fast.try_take(1, 0), None);
+        assert_eq!(fast.available(0), None);
+        // A rate of more than 2^33 units a nanosecond would have to move its base more
+        // often than once a millisecond.
+        let fast = FastPath::new(
+            &Ledger::new(1, 0),
+            Rate::new(u64::MAX, Duration::from_nanos(1)),
+            1,
+        );
+        assert_eq!(fast.try_take(1, 0), None);
+    }
+
+    #[test]
+    fn a_seized_word_sends_everyone_to_the_lock_until_published() {
+        let rate = Rate::per_second(10);
+        let fast = FastPath::new(&Ledger::new(5, 0), rate, 5);
+        let ledger = fast.seize(SECOND, rate).expect("the word held the state");
+        assert_eq!(ledger.tokens(), 5);
+        assert_eq!(fast.seize(SECOND, rate), None, "seized twice");
+        assert_eq!(fast.try_take(1, SECOND), None);
+        assert!(!fast.take_now(1, SECOND));
+        assert_eq!(fast.settings_and_tokens(SECOND), None);
+        fast.publish(&ledger, rate, 5);
+        assert_eq!(fast.try_take(1, SECOND), Some(Ok(())));
+        assert_eq!(fast.available(SECOND), Some(4));
+    }
+
+    #[test]
+    fn the_base_moves_past_the_horizon_and_the_books_stay_exact() {
+        // 1,000,003 units a nanosecond: the base must move every 9 s or so.
+        let rate = Rate::new(1_000_003, Duration::from_millis(17));
+        let capacity = 100;
+        let fast = FastPath::new(&Ledger::new(0, 0), rate, capacity);
+        let mut ledger = Ledger::new(0, 0);
+        let mut taken = 0u64;
+        let mut moves = 0;
+        let mut now = 0;
+        while now < 120 * SECOND {
+            now += 7 * SECOND / 10 + 13;
+            let result = fast.try_take(capacity, now).unwrap_or_else(|| {
+                moves += 1;
+                try_take_locked(&fast, capacity, now, rate, capacity)
+            });
+            ledger.advance(now, rate);
+            ledger.cap(capacity);
+            assert!(ledger.tokens() >= capacity, "a full bucket every 0.7 s");
+            ledger.take(capacity);
+            assert_eq!(result, Ok(()));
+            taken += capacity;
+        }
+        // Units pass the horizon every 18 s: 6 moves in 120 s.
+        assert!(moves >= 6, "the base moved {moves} times");
+        assert_eq!(fast.counters.read().taken, taken - moves * capacity);
+        let held = fast.seize(now, rate).expect("open");
+        assert_eq!(held, ledger, "the word and the ledger agree to the part");
+    }
+}
