@@ -40,6 +40,7 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
+use crate::bucket::counters::Counters;
 use crate::bucket::ledger::Ledger;
 use crate::error::TryTakeError;
 use crate::rate::Rate;
@@ -63,69 +64,6 @@ const MAX_CAPACITY_UNITS: u64 = HORIZON / 4;
 /// move, or the fast path would spend its time moving it.
 const MIN_BASE_LIFETIME: u64 = 1_000_000;
 
-/// Counters of what the bucket did, as [`Stats`](crate::Stats) reports them. Atomics,
-/// so that the fast path counts without the lock; they sit beside the word, on the cache
-/// line a taker already holds.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    taken: AtomicU64,
-    denied: AtomicU64,
-    refunded: AtomicU64,
-    timed_out: AtomicU64,
-}
-
-/// A snapshot of [`Counters`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Counted {
-    pub(crate) taken: u64,
-    pub(crate) denied: u64,
-    pub(crate) refunded: u64,
-    pub(crate) timed_out: u64,
-}
-
-impl Counters {
-    pub(crate) fn add_taken(&self, tokens: u64) {
-        saturating_add(&self.taken, tokens);
-    }
-
-    /// A grant nobody saw: it no longer counts.
-    pub(crate) fn remove_taken(&self, tokens: u64) {
-        let _ = self
-            .taken
-            .fetch_update(Relaxed, Relaxed, |taken| Some(taken.saturating_sub(tokens)));
-    }
-
-    pub(crate) fn add_denied(&self, requests: u64) {
-        saturating_add(&self.denied, requests);
-    }
-
-    pub(crate) fn add_refunded(&self, tokens: u64) {
-        saturating_add(&self.refunded, tokens);
-    }
-
-    pub(crate) fn add_timed_out(&self, requests: u64) {
-        saturating_add(&self.timed_out, requests);
-    }
-
-    pub(crate) fn read(&self) -> Counted {
-        Counted {
-            taken: self.taken.load(Relaxed),
-            denied: self.denied.load(Relaxed),
-            refunded: self.refunded.load(Relaxed),
-            timed_out: self.timed_out.load(Relaxed),
-        }
-    }
-}
-
-/// Adds with one `fetch_add` (the fast path's cost), then pins a counter that wrapped at
-/// its maximum: the counters saturate, as `Stats` documents.
-fn saturating_add(counter: &AtomicU64, amount: u64) {
-    let before = counter.fetch_add(amount, Relaxed);
-    if before.checked_add(amount).is_none() {
-        counter.store(u64::MAX, Relaxed);
-    }
-}
-
 /// The units a bucket's word counts in, and the instant they count from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Units {
@@ -137,10 +75,16 @@ struct Units {
 }
 
 impl Units {
-    /// The units for `rate` and `capacity`, or `None` when the word cannot hold them.
-    fn new(rate: Rate, capacity: u64, base: u64) -> Option<Units> {
+    /// The units for `rate` and `capacity` that hold `fraction` (parts of a token in the
+    /// rate's own period) exactly, or `None` when the word cannot hold them.
+    ///
+    /// The divisor divides the fraction too: a rate change can leave a fraction that
+    /// the rate's own divisor does not divide, and every later change of it (whole tokens,
+    /// and `amount` parts a nanosecond) keeps that remainder until the bucket is full.
+    fn new(rate: Rate, capacity: u64, base: u64, fraction: u128) -> Option<Units> {
         let period = u64::try_from(rate.period_nanos()).ok()?;
-        let divisor = gcd(rate.amount(), period);
+        let fraction = u64::try_from(fraction).ok()?;
+        let divisor = gcd(gcd(rate.amount(), period), fraction);
         let units = Units {
             per_nanosecond: rate.amount() / divisor,
             per_token: period / divisor,
@@ -256,8 +200,8 @@ impl Seen {
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct FastPath {
+    // The word and what it is read with share one cache line.
     word: AtomicU64,
-    pub(crate) counters: Counters,
     // Written only while the word is seized, published by the store that releases it.
     per_nanosecond: AtomicU64,
     per_token: AtomicU64,
@@ -266,6 +210,8 @@ pub(crate) struct FastPath {
     // The rate as given, for `rate()` and `stats()`: its period when it fits in u64.
     rate_amount: AtomicU64,
     rate_period: AtomicU64,
+    /// On lines of their own.
+    pub(crate) counters: Counters,
 }
 
 impl FastPath {
@@ -273,7 +219,7 @@ impl FastPath {
     pub(crate) fn new(ledger: &Ledger, rate: Rate, capacity: u64) -> FastPath {
         let fast = FastPath {
             word: AtomicU64::new(LOCKED),
-            counters: Counters::default(),
+            counters: Counters::new(),
             per_nanosecond: AtomicU64::new(0),
             per_token: AtomicU64::new(0),
             capacity: AtomicU64::new(0),
@@ -439,7 +385,7 @@ impl FastPath {
         let word = self.word.load(Relaxed);
         debug_assert!(word & LOCKED != 0, "only the lock's holder publishes");
         let current = self.units();
-        let Some(mut units) = Units::new(rate, capacity, current.base) else {
+        let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction()) else {
             return;
         };
         // Keep the base while the ledger's instant is well inside its horizon, so the
@@ -553,7 +499,7 @@ mod tests {
     fn a_ledger_and_its_word_convert_without_losing_a_part() {
         for rate in rates() {
             for capacity in [1, 2, 10, 1_000] {
-                let units = Units::new(rate, capacity, 5).expect("fits");
+                let units = Units::new(rate, capacity, 5, 0).expect("fits");
                 for now in [
                     5,
                     6,
@@ -603,6 +549,31 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A rate change can leave a fraction of a token that the new rate's own divisor does
+    /// not divide (found by the model-based tests): the word's units then divide it too,
+    /// and `retry_after` stays exact to the nanosecond.
+    #[test]
+    fn a_fraction_left_by_a_rate_change_is_kept_to_the_part() {
+        let first = Rate::new(3, Duration::from_nanos(1_450_775_289));
+        let mut ledger = Ledger::new(0, 0);
+        ledger.advance(1_000_000, first);
+        for rate in [
+            Rate::new(2, Duration::from_millis(1)),
+            Rate::new(1, Duration::from_millis(1)),
+        ] {
+            ledger.change_rate(first, rate);
+            let fast = FastPath::new(&ledger, rate, 7);
+            let mut expected = ledger.clone();
+            let decided = fast.try_take(1, 1_000_000).expect("the word is open");
+            assert_eq!(
+                decided,
+                ledger_try_take(&mut expected, 1, 1_000_000, rate, 7),
+                "{rate}"
+            );
+            assert_eq!(fast.seize(1_000_000, rate), Some(expected), "{rate}");
         }
     }
 

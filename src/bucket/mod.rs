@@ -12,12 +12,14 @@
 //! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
+//! - `counters.rs`: the counters behind [`Stats`], atomic and striped.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters.
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim.
 //! Nothing here knows of windows, adapters or keys.
 
 mod builder;
+mod counters;
 mod fast;
 mod future;
 mod handle;

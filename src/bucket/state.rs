@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::fast::{Counted, Counters};
+use crate::bucket::counters::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::Stats;
