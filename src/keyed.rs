@@ -110,9 +110,11 @@ const QUIET_FACTOR: u64 = 9;
 /// # What a key costs
 ///
 /// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` (on a shared two-core
-/// machine, so roughly): a `TokenBucket` key takes about 490 bytes of heap in three
-/// allocations. The bucket itself is about 430 of them, in two: its shared state with
-/// the waiter queue and counters, and a `Notify` for its refill task (the signal behind
+/// machine, so roughly): a `TokenBucket` key takes about 875 bytes of heap in three
+/// allocations. The bucket itself is about 815 of them, in two: its shared state with
+/// the fast path's word, its counters (striped over cache lines of their own, so that
+/// threads taking at once do not fight over them), the waiter queue, and a `Notify`
+/// for its refill task (the signal behind
 /// [`TokenBucket::closed`](crate::TokenBucket::closed) is made only if someone asks).
 /// The `Arc` and the map's slot make up the rest. A [`FixedWindow`](crate::FixedWindow)
 /// key takes about 270 bytes, a small [`SlidingLog`](crate::SlidingLog) about 340.

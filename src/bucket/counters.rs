@@ -9,7 +9,7 @@ use crate::sync::AtomicU64;
 
 /// Stripes of the counters the fast path adds to. Each thread adds to one, picked when it
 /// first counts; a reader sums them.
-const STRIPES: usize = 4;
+const STRIPES: usize = 2;
 
 /// What one stripe counts: on a cache line of its own.
 #[derive(Debug)]

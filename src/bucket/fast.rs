@@ -33,9 +33,14 @@
 //! The settings the word is read with (its units, the capacity, the base) change only
 //! while the word is seized, and each change advances an 8-bit epoch kept in the word. A
 //! taker that read the word before such a change and the settings after it fails its
-//! compare-and-swap, since the epoch moved. Only a taker stalled between its two steps
-//! while exactly a multiple of 256 changes of rate, capacity or base went by could be
-//! fooled; the base moves at most once a millisecond.
+//! compare-and-swap, since the epoch moved, and a reader that saw settings of another
+//! epoch reads again. The epoch wraps after 256 changes, so a taker stalled between its
+//! read and its compare-and-swap while exactly a multiple of 256 changes went by, and
+//! finding the word's value where it left it, could be fooled. The base moves at most
+//! once every half millisecond, but `set_rate` and `set_capacity` are as frequent as
+//! their callers make them: code that changes a bucket's settings in a tight loop while
+//! other threads take from it comes closest. A change of the value alone (a take, a
+//! refund) cannot fool anyone: the value is the whole state.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
@@ -148,8 +153,11 @@ impl Units {
             None => {
                 let owed = from - now_units;
                 let wait = owed.div_ceil(per_nanosecond);
-                // `wait` is below one capacity's worth of nanoseconds: it fits.
-                (now + wait as u64, wait * per_nanosecond - owed)
+                // `owed` is below 2^55 (the field's top), and so is `wait`: it fits. At
+                // that instant less than a nanosecond's worth is held, which at a fast
+                // rate can pass a small capacity: capped, as observing it would.
+                let held = (wait * per_nanosecond - owed).min(u128::from(self.full()));
+                (now + wait as u64, held)
             }
         };
         let per_token = u128::from(self.per_token);
@@ -167,8 +175,7 @@ impl Units {
         }
         let now_units = self.at(ledger.last())?;
         let scale = rate.period_nanos() / u128::from(self.per_token);
-        // A fraction left by a rate change that the new unit cannot hold is rounded
-        // down, as the ledger's own rate change does: less than one part of a token.
+        // `Units::new` made the unit divide the fraction: this is exact.
         let fraction = u64::try_from(ledger.fraction() / scale).expect("below one token");
         let held =
             (ledger.tokens().min(self.capacity) * self.per_token + fraction).min(self.full());
@@ -234,25 +241,32 @@ impl FastPath {
     /// The word, with the settings it is read with; `None` while it is seized.
     #[inline]
     fn see(&self) -> Option<Seen> {
-        let word = self.word.load(Acquire);
-        if word & LOCKED != 0 {
-            return None;
+        loop {
+            let word = self.word.load(Acquire);
+            if word & LOCKED != 0 {
+                return None;
+            }
+            // Acquire, beside the Release stores in `publish`: a setting written after a
+            // later seize is only seen together with that seize, which `settled` then
+            // sees. So no arithmetic below runs on settings of two publishes.
+            let units = Units {
+                per_nanosecond: self.per_nanosecond.load(Acquire),
+                per_token: self.per_token.load(Acquire),
+                capacity: self.capacity.load(Acquire),
+                base: self.base.load(Acquire),
+            };
+            if self.settled(word) {
+                return Some(Seen { word, units });
+            }
         }
-        // Acquire: a setting written after a later seize is only seen together with
-        // that seize, which then fails the compare-and-swap or the check in `confirm`.
-        let units = Units {
-            per_nanosecond: self.per_nanosecond.load(Acquire),
-            per_token: self.per_token.load(Acquire),
-            capacity: self.capacity.load(Acquire),
-            base: self.base.load(Acquire),
-        };
-        Some(Seen { word, units })
     }
 
-    /// Whether the word is still what `seen` read: what was read with it belongs to it.
+    /// Whether the word is still open and of the same epoch as `word`: what was read
+    /// since belongs to it. A change of the value alone (a take) does not matter: what
+    /// was read is then true of the moment `word` was read.
     #[inline]
-    fn confirm(&self, seen: &Seen) -> bool {
-        self.word.load(Acquire) == seen.word
+    fn settled(&self, word: u64) -> bool {
+        self.word.load(Acquire) & !FIELD_MASK == word & !FIELD_MASK
     }
 
     /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
@@ -266,9 +280,6 @@ impl FastPath {
                 return Some(Ok(()));
             }
             if tokens > units.capacity {
-                if !self.confirm(&seen) {
-                    continue;
-                }
                 self.counters.add_denied(1);
                 return Some(Err(TryTakeError::ExceedsCapacity {
                     requested: tokens,
@@ -284,9 +295,6 @@ impl FastPath {
                     }
                 }
                 Err(short) => {
-                    if !self.confirm(&seen) {
-                        continue;
-                    }
                     self.counters.add_denied(1);
                     let retry_after = units.wait(short);
                     return Some(Err(TryTakeError::Insufficient { retry_after }));
@@ -330,24 +338,11 @@ impl FastPath {
             .is_ok()
     }
 
-    /// Reads what `read` makes of the word at `now`, if nobody waits.
-    #[inline]
-    fn read<T>(&self, now: u64, read: impl Fn(&Seen, u64) -> T) -> Option<T> {
-        loop {
-            let seen = self.see()?;
-            let now_units = seen.units.at(now)?;
-            let value = read(&seen, now_units);
-            if self.confirm(&seen) {
-                return Some(value);
-            }
-        }
-    }
-
     /// Whole tokens held at `now`, if nobody waits.
     pub(crate) fn available(&self, now: u64) -> Option<u64> {
-        self.read(now, |seen, now_units| {
-            seen.units.tokens(seen.empty_at(), now_units)
-        })
+        let seen = self.see()?;
+        let now_units = seen.units.at(now)?;
+        Some(seen.units.tokens(seen.empty_at(), now_units))
     }
 
     /// Whether `tokens` are held at `now` with nobody waiting: `wait(tokens)` is served
@@ -358,14 +353,18 @@ impl FastPath {
 
     /// The rate, capacity and whole tokens held at `now`, if nobody waits.
     pub(crate) fn settings_and_tokens(&self, now: u64) -> Option<(Rate, u64, u64)> {
-        self.read(now, |seen, now_units| {
+        loop {
+            let seen = self.see()?;
+            let now_units = seen.units.at(now)?;
             let rate = Rate::new(
                 self.rate_amount.load(Acquire),
                 Duration::from_nanos(self.rate_period.load(Acquire)),
             );
-            let tokens = seen.units.tokens(seen.empty_at(), now_units);
-            (rate, seen.units.capacity, tokens)
-        })
+            if self.settled(seen.word) {
+                let tokens = seen.units.tokens(seen.empty_at(), now_units);
+                return Some((rate, seen.units.capacity, tokens));
+            }
+        }
     }
 
     /// Seizes the word for the lock's holder. When the word held the state, returns the
@@ -402,14 +401,16 @@ impl FastPath {
             .expect("a base at the ledger's instant fits");
         let mut epoch = word & EPOCH_MASK;
         if units != current || !self.holds_rate(rate) {
-            self.per_nanosecond.store(units.per_nanosecond, Relaxed);
-            self.per_token.store(units.per_token, Relaxed);
-            self.capacity.store(units.capacity, Relaxed);
-            self.base.store(units.base, Relaxed);
-            self.rate_amount.store(rate.amount(), Relaxed);
+            // Release: a reader that sees one of these sees the seize before it too (see
+            // `see`).
+            self.per_nanosecond.store(units.per_nanosecond, Release);
+            self.per_token.store(units.per_token, Release);
+            self.capacity.store(units.capacity, Release);
+            self.base.store(units.base, Release);
+            self.rate_amount.store(rate.amount(), Release);
             self.rate_period.store(
                 u64::try_from(rate.period_nanos()).expect("checked by Units::new"),
-                Relaxed,
+                Release,
             );
             epoch = (epoch + (1 << EPOCH_SHIFT)) & EPOCH_MASK;
         }

@@ -758,7 +758,8 @@ impl TokenBucket {
                 closed: false,
             };
         }
-        // Read under the lock, with the word seized: no grant is counted meanwhile.
+        // Read under the lock, with the word seized: no grant made later is counted (a
+        // fast-path grant made just before the seize may be counted an instant later).
         self.update_at(now, |state, now| {
             state.stats(now, self.shared.fast.counters.read())
         })

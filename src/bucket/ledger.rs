@@ -50,7 +50,9 @@ impl Ledger {
         self.tokens
     }
 
-    /// The instant the ledger is accurate at; never moves backwards.
+    /// The instant the ledger is accurate at. It never moves backwards while the ledger
+    /// is the authority; taken back from the fast path's word it is the seizer's instant,
+    /// which a racing taker's may have passed (see `fast.rs`).
     pub(crate) fn last(&self) -> u64 {
         self.last
     }

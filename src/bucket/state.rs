@@ -424,8 +424,6 @@ impl State {
         self.queue.finish_where(|_| Some(Outcome::Closed));
     }
 
-    /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
-    /// section began.
     /// The refill task panicked: closes for good, telling every waiter so. It does not
     /// serve first, since serving may be what panicked.
     pub(crate) fn fail(&mut self) {
@@ -433,6 +431,8 @@ impl State {
         self.queue.finish_where(|_| Some(Outcome::RefillFailed));
     }
 
+    /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
+    /// section began.
     pub(crate) fn stats(&mut self, now: u64, counted: Counted) -> Stats {
         self.serve(now);
         let tally = &self.tally;

@@ -39,7 +39,10 @@ pub struct Stats {
     pub refunded: u64,
     /// Failed [`try_take`](crate::TokenBucket::try_take) calls.
     pub denied: u64,
-    /// Requests that ended in [`TakeError::Timeout`](crate::TakeError::Timeout).
+    /// Requests whose deadline passed while they waited, or that could not be served
+    /// by their deadline (those that ended in
+    /// [`TakeError::Timeout`](crate::TakeError::Timeout), and those dropped after their
+    /// deadline had passed but before they saw it).
     pub timed_out: u64,
     /// Whether the bucket is closed.
     pub closed: bool,
