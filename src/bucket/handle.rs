@@ -114,20 +114,30 @@ impl Shared {
     /// `is_closed()` true, then the state (with `close`, which tells the waiters), then
     /// whoever watches for the close.
     fn close(&self, close: impl FnOnce(&mut State, u64)) {
-        let now = self.clock.now();
-        let mut state = self.lock(now);
-        self.closed.store(true, Ordering::Release);
-        close(&mut state, now);
-        // The refill task must see it, and end.
-        if state.refill_needs_nudge() {
-            self.refill_signal.notify_one();
-        }
-        self.unlock_and_deliver(state, Vec::new());
+        self.update(self.clock.now(), |state, now| {
+            self.closed.store(true, Ordering::Release);
+            close(state, now);
+        });
         let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
         if let CloseWatch::Watched { sender, .. } = watch {
             // Every `Closed` holds a clone of the signal, so nobody listening is fine.
             let _ = sender.send(());
         }
+    }
+
+    /// Runs `change` on the state at `now`, then nudges the refill task if the change
+    /// made something due sooner than it planned for (or closed the bucket), and sends
+    /// the outcomes decided once the lock is released.
+    fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
+        let mut state = self.lock(now);
+        let result = change(&mut state, now);
+        if state.refill_needs_nudge() {
+            self.refill_signal.notify_one();
+        }
+        if state.has_deliveries() {
+            self.unlock_and_deliver(state, Vec::new());
+        }
+        result
     }
 
     /// The refill task panicked: see [`TakeError::RefillFailed`].
@@ -782,15 +792,7 @@ impl TokenBucket {
 
     /// [`update`](TokenBucket::update) at an instant already read.
     fn update_at<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        let mut state = self.shared.lock(now);
-        let result = change(&mut state, now);
-        if state.refill_needs_nudge() {
-            self.shared.refill_signal.notify_one();
-        }
-        if state.has_deliveries() {
-            self.shared.unlock_and_deliver(state, Vec::new());
-        }
-        result
+        self.shared.update(now, change)
     }
 
     /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(..))` when queued.
