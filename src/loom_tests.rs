@@ -337,14 +337,9 @@ fn loom_set_capacity_racing_fast_takers_keeps_the_books() {
 #[test]
 fn loom_set_rate_racing_a_fast_taker_keeps_the_books() {
     model(|| {
-        // Half a second in: 1 token and half of the next, at one a second.
+        // Made half a second in, holding 1 token, at one a second.
         set_time(SECOND / 2);
-        let bucket = TokenBucket::builder()
-            .rate(Rate::per_second(1))
-            .capacity(3)
-            .initial(1)
-            .build()
-            .unwrap();
+        let bucket = bucket(3, 1);
         set_time(SECOND);
         let taker = on_thread(&bucket, |bucket| bucket.try_take(1).is_ok());
         bucket

@@ -190,6 +190,19 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// How a try at taking on the fast path ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    Taken,
+    ExceedsCapacity {
+        capacity: u64,
+    },
+    /// The tokens are not there yet; they would be after `retry_after`.
+    TooEarly {
+        retry_after: Duration,
+    },
+}
+
 /// What the fast path saw in the word: everything it needs, read consistently.
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -272,61 +285,52 @@ impl FastPath {
     /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
     #[inline]
     pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
-        loop {
-            let seen = self.see()?;
-            let units = seen.units;
-            // The word is open, so the bucket is; and taking nothing passes nobody.
-            if tokens == 0 {
-                return Some(Ok(()));
-            }
-            if tokens > units.capacity {
-                self.counters.add_denied(1);
-                return Some(Err(TryTakeError::ExceedsCapacity {
-                    requested: tokens,
-                    capacity: units.capacity,
-                }));
-            }
-            let now_units = units.at(now)?;
-            match units.take(seen.empty_at(), tokens, now_units) {
-                Ok(end) => {
-                    if self.swap(&seen, end) {
-                        self.counters.add_taken(tokens);
-                        return Some(Ok(()));
-                    }
-                }
-                Err(short) => {
-                    self.counters.add_denied(1);
-                    let retry_after = units.wait(short);
-                    return Some(Err(TryTakeError::Insufficient { retry_after }));
-                }
-            }
-        }
+        let refusal = match self.attempt(tokens, now)? {
+            Attempt::Taken => return Some(Ok(())),
+            Attempt::ExceedsCapacity { capacity } => TryTakeError::ExceedsCapacity {
+                requested: tokens,
+                capacity,
+            },
+            Attempt::TooEarly { retry_after } => TryTakeError::Insufficient { retry_after },
+        };
+        self.counters.add_denied(1);
+        Some(Err(refusal))
     }
 
     /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,
     /// `false` when the lock must decide (to queue, refuse or time out the request).
     #[inline]
     pub(crate) fn take_now(&self, tokens: u64, now: u64) -> bool {
+        matches!(self.attempt(tokens, now), Some(Attempt::Taken))
+    }
+
+    /// One try at taking `tokens` at `now`, by compare-and-swap until it is decided.
+    /// `None`: the word is seized, or its base must move, so the lock must decide.
+    #[inline]
+    fn attempt(&self, tokens: u64, now: u64) -> Option<Attempt> {
         loop {
-            let Some(seen) = self.see() else {
-                return false;
-            };
+            let seen = self.see()?;
             let units = seen.units;
+            // The word is open, so the bucket is; and taking nothing passes nobody.
             if tokens == 0 {
-                return true;
+                return Some(Attempt::Taken);
             }
             if tokens > units.capacity {
-                return false;
+                let capacity = units.capacity;
+                return Some(Attempt::ExceedsCapacity { capacity });
             }
-            let Some(now_units) = units.at(now) else {
-                return false;
-            };
-            let Ok(end) = units.take(seen.empty_at(), tokens, now_units) else {
-                return false;
-            };
-            if self.swap(&seen, end) {
-                self.counters.add_taken(tokens);
-                return true;
+            let now_units = units.at(now)?;
+            match units.take(seen.empty_at(), tokens, now_units) {
+                Ok(end) => {
+                    if self.swap(&seen, end) {
+                        self.counters.add_taken(tokens);
+                        return Some(Attempt::Taken);
+                    }
+                }
+                Err(short) => {
+                    let retry_after = units.wait(short);
+                    return Some(Attempt::TooEarly { retry_after });
+                }
             }
         }
     }
