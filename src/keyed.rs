@@ -112,8 +112,7 @@ const QUIET_FACTOR: u64 = 9;
 /// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` (on a shared two-core
 /// machine, so roughly): a `TokenBucket` key takes about 875 bytes of heap in three
 /// allocations. The bucket itself is about 815 of them, in two: its shared state with
-/// the fast path's word, its counters (striped over cache lines of their own, so that
-/// threads taking at once do not fight over them), the waiter queue, and a `Notify`
+/// the fast path's word and its counters (on the word's cache line), the waiter queue, and a `Notify`
 /// for its refill task (the signal behind
 /// [`TokenBucket::closed`](crate::TokenBucket::closed) is made only if someone asks).
 /// The `Arc` and the map's slot make up the rest. A [`FixedWindow`](crate::FixedWindow)

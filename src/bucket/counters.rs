@@ -1,29 +1,20 @@
 //! The bucket's counters, as [`Stats`](crate::Stats) reports them: atomics, so that the
-//! fast path counts without the lock, and striped, so that threads taking at once do not
-//! also fight over the counters' cache line (the fast path's word is contended enough).
+//! fast path counts without the lock. They live beside the fast path's word, on its cache
+//! line (see `FastPath`): a taker that has just won the word holds that line, so its add
+//! costs no second line, and threads taking at once fight over one line, not two.
 
-use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::sync::AtomicU64;
 
-/// Stripes of the counters the fast path adds to. Each thread adds to one, picked when it
-/// first counts; a reader sums them.
-const STRIPES: usize = 2;
-
-/// What one stripe counts: on a cache line of its own.
-#[derive(Debug)]
-#[repr(align(64))]
-struct Stripe {
-    taken: AtomicU64,
-    denied: AtomicU64,
-}
-
 /// Counters of what a bucket did.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Counters {
-    stripes: [Stripe; STRIPES],
-    // The rest change only under the lock: one of each is enough.
+    // The fast path adds to these two.
+    taken: AtomicU64,
+    denied: AtomicU64,
+    // The rest change only under the lock.
     /// Grants counted in `taken` that nobody saw.
     untaken: AtomicU64,
     refunded: AtomicU64,
@@ -42,35 +33,17 @@ pub(crate) struct Counted {
 impl Counters {
     pub(crate) fn new() -> Counters {
         Counters {
-            stripes: std::array::from_fn(|_| Stripe {
-                taken: AtomicU64::new(0),
-                denied: AtomicU64::new(0),
-            }),
+            taken: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
             untaken: AtomicU64::new(0),
             refunded: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
         }
     }
 
-    /// This thread's stripe.
-    #[inline]
-    fn stripe(&self) -> &Stripe {
-        thread_local! {
-            static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-        }
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let index = STRIPE.with(|stripe| {
-            if stripe.get() == usize::MAX {
-                stripe.set(NEXT.fetch_add(1, Relaxed) % STRIPES);
-            }
-            stripe.get()
-        });
-        &self.stripes[index]
-    }
-
     #[inline]
     pub(crate) fn add_taken(&self, tokens: u64) {
-        saturating_add(&self.stripe().taken, tokens);
+        saturating_add(&self.taken, tokens);
     }
 
     /// A grant nobody saw: it no longer counts.
@@ -78,8 +51,9 @@ impl Counters {
         saturating_add(&self.untaken, tokens);
     }
 
+    #[inline]
     pub(crate) fn add_denied(&self, requests: u64) {
-        saturating_add(&self.stripe().denied, requests);
+        saturating_add(&self.denied, requests);
     }
 
     pub(crate) fn add_refunded(&self, tokens: u64) {
@@ -91,14 +65,12 @@ impl Counters {
     }
 
     pub(crate) fn read(&self) -> Counted {
-        let sum = |count: fn(&Stripe) -> &AtomicU64| {
-            self.stripes.iter().fold(0u64, |sum, stripe| {
-                sum.saturating_add(count(stripe).load(Relaxed))
-            })
-        };
         Counted {
-            taken: sum(|stripe| &stripe.taken).saturating_sub(self.untaken.load(Relaxed)),
-            denied: sum(|stripe| &stripe.denied),
+            taken: self
+                .taken
+                .load(Relaxed)
+                .saturating_sub(self.untaken.load(Relaxed)),
+            denied: self.denied.load(Relaxed),
             refunded: self.refunded.load(Relaxed),
             timed_out: self.timed_out.load(Relaxed),
         }
@@ -107,6 +79,7 @@ impl Counters {
 
 /// Adds with one `fetch_add` (the fast path's cost), then pins a counter that wrapped at
 /// its maximum: the counters saturate, as `Stats` documents.
+#[inline]
 fn saturating_add(counter: &AtomicU64, amount: u64) {
     let before = counter.fetch_add(amount, Relaxed);
     if before.checked_add(amount).is_none() {
@@ -119,7 +92,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn threads_count_on_their_own_stripes_and_a_read_sums_them() {
+    fn threads_counting_at_once_lose_nothing() {
         let counters = Counters::new();
         std::thread::scope(|scope| {
             for _ in 0..8 {
@@ -134,12 +107,6 @@ mod tests {
         counters.remove_taken(6);
         let counted = counters.read();
         assert_eq!((counted.taken, counted.denied), (15_994, 8_000));
-        let used = counters
-            .stripes
-            .iter()
-            .filter(|stripe| stripe.taken.load(Relaxed) > 0)
-            .count();
-        assert!(used > 1, "8 threads counted on {used} stripe");
     }
 
     #[test]

@@ -102,6 +102,7 @@ impl Units {
     }
 
     /// A full bucket, in units.
+    #[inline]
     fn full(&self) -> u64 {
         self.capacity * self.per_token
     }
@@ -190,16 +191,16 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-/// How a try at taking on the fast path ended.
+/// Why a try at taking on the fast path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Attempt {
-    Taken,
+enum Refusal {
     ExceedsCapacity {
         capacity: u64,
     },
-    /// The tokens are not there yet; they would be after `retry_after`.
+    /// The tokens are not there yet: `short` units are missing, in the units of `units`.
     TooEarly {
-        retry_after: Duration,
+        short: u64,
+        units: Units,
     },
 }
 
@@ -211,6 +212,7 @@ struct Seen {
 }
 
 impl Seen {
+    #[inline]
     fn empty_at(&self) -> u64 {
         self.word & FIELD_MASK
     }
@@ -227,11 +229,12 @@ pub(crate) struct FastPath {
     per_token: AtomicU64,
     capacity: AtomicU64,
     base: AtomicU64,
+    /// Next, on the same line as far as it goes (`repr(C)` keeps this order): the two
+    /// counters a taker adds to come first.
+    pub(crate) counters: Counters,
     // The rate as given, for `rate()` and `stats()`: its period when it fits in u64.
     rate_amount: AtomicU64,
     rate_period: AtomicU64,
-    /// On lines of their own.
-    pub(crate) counters: Counters,
 }
 
 impl FastPath {
@@ -285,56 +288,65 @@ impl FastPath {
     /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
     #[inline]
     pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
-        let refusal = match self.attempt(tokens, now)? {
-            Attempt::Taken => return Some(Ok(())),
-            Attempt::ExceedsCapacity { capacity } => TryTakeError::ExceedsCapacity {
+        Some(
+            self.attempt(tokens, now)?
+                .map_err(|refusal| self.refuse(tokens, refusal)),
+        )
+    }
+
+    /// The error for a refused attempt, counted. Out of line: refusals are the rarer
+    /// outcome, and the taking path inlined into callers stays small without them.
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, tokens: u64, refusal: Refusal) -> TryTakeError {
+        self.counters.add_denied(1);
+        match refusal {
+            Refusal::ExceedsCapacity { capacity } => TryTakeError::ExceedsCapacity {
                 requested: tokens,
                 capacity,
             },
-            Attempt::TooEarly { retry_after } => TryTakeError::Insufficient { retry_after },
-        };
-        self.counters.add_denied(1);
-        Some(Err(refusal))
+            Refusal::TooEarly { short, units } => TryTakeError::Insufficient {
+                retry_after: units.wait(short),
+            },
+        }
     }
 
     /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,
     /// `false` when the lock must decide (to queue, refuse or time out the request).
     #[inline]
     pub(crate) fn take_now(&self, tokens: u64, now: u64) -> bool {
-        matches!(self.attempt(tokens, now), Some(Attempt::Taken))
+        matches!(self.attempt(tokens, now), Some(Ok(())))
     }
 
     /// One try at taking `tokens` at `now`, by compare-and-swap until it is decided.
     /// `None`: the word is seized, or its base must move, so the lock must decide.
     #[inline]
-    fn attempt(&self, tokens: u64, now: u64) -> Option<Attempt> {
+    fn attempt(&self, tokens: u64, now: u64) -> Option<Result<(), Refusal>> {
         loop {
             let seen = self.see()?;
             let units = seen.units;
             // The word is open, so the bucket is; and taking nothing passes nobody.
             if tokens == 0 {
-                return Some(Attempt::Taken);
+                return Some(Ok(()));
             }
             if tokens > units.capacity {
                 let capacity = units.capacity;
-                return Some(Attempt::ExceedsCapacity { capacity });
+                return Some(Err(Refusal::ExceedsCapacity { capacity }));
             }
             let now_units = units.at(now)?;
             match units.take(seen.empty_at(), tokens, now_units) {
                 Ok(end) => {
                     if self.swap(&seen, end) {
                         self.counters.add_taken(tokens);
-                        return Some(Attempt::Taken);
+                        return Some(Ok(()));
                     }
                 }
-                Err(short) => {
-                    let retry_after = units.wait(short);
-                    return Some(Attempt::TooEarly { retry_after });
-                }
+                Err(short) => return Some(Err(Refusal::TooEarly { short, units })),
             }
         }
     }
 
+    #[inline]
     fn swap(&self, seen: &Seen, empty_at: u64) -> bool {
         let word = (seen.word & !FIELD_MASK) | empty_at;
         self.word

@@ -12,7 +12,7 @@
 //! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
-//! - `counters.rs`: the counters behind [`Stats`], atomic and striped.
+//! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters.
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim.
