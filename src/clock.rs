@@ -26,6 +26,7 @@ impl Clock {
     /// Nanoseconds since the origin, now. Works without a runtime (it then reads the
     /// system's monotonic clock), so `try_take` can be called from any thread.
     #[cfg(not(loom))]
+    #[inline]
     pub(crate) fn now(&self) -> u64 {
         nanos(Instant::now().saturating_duration_since(self.origin))
     }
@@ -65,9 +66,16 @@ impl Clock {
     }
 }
 
-/// A duration in whole nanoseconds, saturating at [`NEVER`].
+/// A duration in whole nanoseconds, saturating at [`NEVER`]. In `u64` arithmetic rather
+/// than through `Duration::as_nanos`'s `u128`: every fast-path call reads the clock.
+#[inline]
 pub(crate) fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(NEVER)
+    const NANOS_PER_SECOND: u64 = 1_000_000_000;
+    duration
+        .as_secs()
+        .checked_mul(NANOS_PER_SECOND)
+        .and_then(|nanos| nanos.checked_add(u64::from(duration.subsec_nanos())))
+        .unwrap_or(NEVER)
 }
 
 /// `nanos` as a `Duration`, or `Duration::MAX` past what one holds: never shorter than
@@ -168,6 +176,18 @@ mod tests {
         );
         assert_eq!(duration_from_nanos(u128::MAX), Duration::MAX);
         assert_eq!(duration_from_nanos(0), Duration::ZERO);
+    }
+
+    #[test]
+    fn nanos_are_exact_up_to_u64_and_saturate_past_it() {
+        assert_eq!(nanos(Duration::new(3, 7)), 3_000_000_007);
+        // u64::MAX nanoseconds is 18,446,744,073.709551615 s.
+        let most = Duration::new(18_446_744_073, 709_551_615);
+        assert_eq!(nanos(most), u64::MAX);
+        assert_eq!(u128::from(nanos(most)), most.as_nanos());
+        assert_eq!(nanos(most + Duration::from_nanos(1)), NEVER);
+        assert_eq!(nanos(Duration::new(18_446_744_074, 0)), NEVER);
+        assert_eq!(nanos(Duration::MAX), NEVER);
     }
 
     /// The text a panic was raised with.

@@ -41,6 +41,7 @@ struct Acquire {
 }
 
 impl Acquire {
+    #[inline]
     fn new((bucket, request): (TokenBucket, Request)) -> Acquire {
         Acquire {
             bucket,
@@ -49,6 +50,7 @@ impl Acquire {
         }
     }
 
+    #[inline]
     fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
         if let Phase::Idle = self.phase {
             match self.bucket.begin(self.request) {
@@ -57,6 +59,13 @@ impl Acquire {
                 Err(error) => return self.finish(Err(error)),
             }
         }
+        self.poll_queued(cx)
+    }
+
+    /// Polls for the outcome once queued. Out of line: a request served on its first poll
+    /// (the common case) never comes here.
+    #[inline(never)]
+    fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
         let Phase::Queued { receiver, .. } = &mut self.phase else {
             return Poll::Pending;
         };
@@ -92,6 +101,7 @@ impl Acquire {
         self.finish(outcome.map_or(Err(TakeError::Timeout), result_of))
     }
 
+    #[inline]
     fn finish(&mut self, result: Result<(), TakeError>) -> Poll<Result<(), TakeError>> {
         self.phase = Phase::Done;
         Poll::Ready(result)
@@ -103,6 +113,7 @@ impl Acquire {
 }
 
 impl Drop for Acquire {
+    #[inline]
     fn drop(&mut self) {
         if let Phase::Queued { id, receiver } = &mut self.phase {
             self.bucket
@@ -188,6 +199,7 @@ macro_rules! request_future {
         impl Future for $name {
             type Output = Result<(), TakeError>;
 
+            #[inline]
             fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
                 self.inner.poll_acquire(cx)
             }
@@ -200,6 +212,7 @@ macro_rules! request_future {
         }
 
         impl $name {
+            #[inline]
             pub(crate) fn new(request: (TokenBucket, Request)) -> $name {
                 $name {
                     inner: Acquire::new(request),

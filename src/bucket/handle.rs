@@ -341,11 +341,19 @@ impl TokenBucket {
     /// assert!(retry_after <= Duration::from_secs(1));
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
+    #[inline]
     pub fn try_take(&self, tokens: u64) -> Result<(), TryTakeError> {
         let now = self.shared.clock.now();
-        if let Some(result) = self.shared.fast.try_take(tokens, now) {
-            return result;
+        match self.shared.fast.try_take(tokens, now) {
+            Some(result) => result,
+            None => self.try_take_locked(tokens, now),
         }
+    }
+
+    /// `try_take` when the word sends it to the lock. Kept out of line, so that the fast
+    /// path inlined into callers stays small.
+    #[inline(never)]
+    fn try_take_locked(&self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
         self.update_at(now, |state, now| state.try_take(tokens, now))
     }
 
@@ -392,6 +400,7 @@ impl TokenBucket {
     /// # Ok(())
     /// # }
     /// ```
+    #[inline]
     pub fn take(&self, tokens: u64) -> Take {
         Take::new(self.request(Kind::Take, tokens, NEVER))
     }
@@ -775,6 +784,7 @@ impl TokenBucket {
         })
     }
 
+    #[inline]
     fn request(&self, kind: Kind, tokens: u64, deadline: u64) -> (TokenBucket, Request) {
         let request = Request {
             kind,
@@ -801,6 +811,7 @@ impl TokenBucket {
     ///
     /// When the request must wait inside a tokio runtime without a timer (see
     /// [`clock::require_timer`]).
+    #[inline]
     pub(crate) fn begin(&self, request: Request) -> Result<Option<Queued>, TakeError> {
         let now = self.shared.clock.now();
         let served_now = match request.kind {
@@ -810,6 +821,13 @@ impl TokenBucket {
         if served_now {
             return Ok(None);
         }
+        self.begin_locked(request)
+    }
+
+    /// `begin` when the word sends the request to the lock: to be served, refused or
+    /// queued there. Out of line, as `try_take_locked` is.
+    #[inline(never)]
+    fn begin_locked(&self, request: Request) -> Result<Option<Queued>, TakeError> {
         let mut timer_checked = false;
         loop {
             let begun = self.update(|state, now| {
