@@ -1,7 +1,9 @@
 //! An HTTP server that limits each client IP and, behind that, the whole server.
 //!
-//! Each client IP gets a [`SlidingLog`] (10 requests in any 10 s, exactly), kept per key
-//! by [`Keyed`], which forgets a client once its window is empty again. Behind
+//! Each client gets a [`SlidingLog`] (10 requests in any 10 s, exactly), kept per key
+//! by [`Keyed`], which forgets a client once its window is empty again. A client is an
+//! IPv4 address, or the /64 prefix of an IPv6 address ([`ClientKey`]), so that one IPv6
+//! host cannot multiply its budget across the addresses it is handed. Behind
 //! it one [`TokenBucket`] caps the whole server at 100 requests per second. A refused
 //! request gets `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up
 //! (a client that obeys it is never refused for coming back early), and the
@@ -14,7 +16,7 @@
 //! cargo run --example http_server -- --demo    # a free port; sends itself 12 requests
 //! ```
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,16 +41,44 @@ pub const CLIENT_WINDOW: Duration = Duration::from_secs(10);
 /// The whole server's rate, with a burst of one second's worth.
 pub const SERVER_RATE: Rate = Rate::per_second(100);
 
+/// Who a request counts against: an IPv4 client by its address, an IPv6 client by the
+/// /64 prefix of its address.
+///
+/// An IPv6 host is commonly handed a whole /64 (and privacy addresses rotate within it),
+/// so one client may send from 2^64 addresses: keyed apart, each would get a budget of
+/// its own and a key of its own in memory. An IPv4-mapped IPv6 address
+/// (`::ffff:a.b.c.d`, which a dual-stack socket reports for an IPv4 peer) is the IPv4
+/// client it names, so that one client is one key whichever socket it came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientKey {
+    /// An IPv4 client's address.
+    V4(Ipv4Addr),
+    /// An IPv6 client's /64 prefix: its address with the low 64 bits zero.
+    V6(Ipv6Addr),
+}
+
+impl From<IpAddr> for ClientKey {
+    fn from(address: IpAddr) -> ClientKey {
+        match address {
+            IpAddr::V4(v4) => ClientKey::V4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => ClientKey::V4(v4),
+                None => ClientKey::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+            },
+        }
+    }
+}
+
 /// The limits every request passes: its client's, then the server's.
 #[derive(Debug)]
 pub struct Limits {
-    per_client: Keyed<IpAddr, SlidingLog>,
+    per_client: Keyed<ClientKey, SlidingLog>,
     client_limit: u64,
     server: TokenBucket,
 }
 
 impl Limits {
-    /// Each client IP gets a limiter like `per_client`; all share `server`.
+    /// Each client ([`ClientKey`]) gets a limiter like `per_client`; all share `server`.
     pub fn new(per_client: SlidingLog, server: TokenBucket) -> Limits {
         Limits {
             client_limit: per_client.limit(),
@@ -70,8 +100,11 @@ impl Limits {
         ))
     }
 
-    /// Admits one request from `client`, or says how long it should wait.
-    fn admit(&self, client: IpAddr) -> Result<(), Refusal> {
+    /// Admits one request from `client`, or says why not and how long it should wait.
+    ///
+    /// The whole admission is here, so that the handler only turns its answer into HTTP.
+    pub fn admit(&self, client: IpAddr) -> Result<(), Refusal> {
+        let client = ClientKey::from(client);
         match self.per_client.try_acquire(&client, 1) {
             Ok(()) => {}
             Err(TryAcquireError::Limited { retry_after }) => {
@@ -97,15 +130,24 @@ impl Limits {
     }
 
     /// Permits `client` has left in its window now.
-    fn remaining(&self, client: IpAddr) -> u64 {
+    pub fn remaining(&self, client: IpAddr) -> u64 {
         self.per_client
-            .get(&client)
+            .get(&ClientKey::from(client))
             .map_or(self.client_limit, |limiter| limiter.available())
+    }
+
+    /// Clients held in memory now: those with permits counted in their window.
+    pub fn clients_held(&self) -> usize {
+        self.per_client.len()
     }
 }
 
-enum Refusal {
+/// Why [`Limits::admit`] refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The client's budget, or the server's, is spent for now: a `429`.
     Limited {
+        /// How long until the same request could be admitted.
         retry_after: Duration,
     },
     /// Cannot happen with this example's settings; answered with a 500 all the same.
