@@ -15,6 +15,8 @@
 //! takes a bounded amount of memory: a new client that finds that many others busy gets
 //! `503 Service Unavailable` with a `Retry-After` of one client window (see
 //! [`Refusal::TooManyClients`]), and the clients already held are served as usual.
+//! Once every client window the server forgets the clients whose windows are empty, so
+//! the memory a flood took comes back once it stops.
 //!
 //! ```text
 //! cargo run --example http_server              # serves http://127.0.0.1:3000/
@@ -22,6 +24,8 @@
 //! cargo run --example http_server -- --demo    # a free port; sends itself 12 requests
 //! ```
 
+use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +43,7 @@ use hyper_util::rt::TokioExecutor;
 use token_bucket::{
     ConfigError, Keyed, Limiter, Rate, SlidingLog, TokenBucket, TryAcquireError, TryTakeError,
 };
+use tokio::time::MissedTickBehavior;
 
 /// Requests one client may make in any `CLIENT_WINDOW`.
 pub const CLIENT_LIMIT: u64 = 10;
@@ -174,6 +179,11 @@ impl Limits {
         self.per_client.len()
     }
 
+    /// Forgets every client whose window is empty, and returns how many it forgot.
+    pub fn forget_idle_clients(&self) -> usize {
+        self.per_client.retain_recent()
+    }
+
     /// The most clients held at once.
     pub fn max_clients(&self) -> usize {
         // Always set: `new` builds the table with a bound.
@@ -260,10 +270,35 @@ pub fn retry_after_seconds(retry_after: Duration) -> u64 {
     retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)
 }
 
-/// Serves the application on `listener`, with each connection's peer address known.
+/// Serves the application on `listener`, with each connection's peer address known, and
+/// meanwhile forgets idle clients once every client window.
 pub async fn serve(listener: tokio::net::TcpListener, limits: Arc<Limits>) -> std::io::Result<()> {
-    let service = app(limits).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service).await
+    let service = app(Arc::clone(&limits)).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::select! {
+        served = axum::serve(listener, service).into_future() => served,
+        never = forget_idle_clients_periodically(limits) => match never {},
+    }
+}
+
+/// Forgets the clients whose windows are empty, once every client window, for ever.
+///
+/// `Keyed` forgets idle clients by itself only as new ones come, so after a flood its
+/// table would stay full until the next one; this frees that memory in quiet periods
+/// too. A client is then held at most two windows after its last request. A sweep looks
+/// at every client held (about 30 ms for 100,000 on a release build), so it runs on the
+/// blocking pool, not on a thread that serves requests.
+async fn forget_idle_clients_periodically(limits: Arc<Limits>) -> Infallible {
+    let mut ticks = tokio::time::interval(limits.client_window);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let limits = Arc::clone(&limits);
+        if let Err(error) = tokio::task::spawn_blocking(move || limits.forget_idle_clients()).await
+        {
+            // Only a bug panics there; the table stays consistent, so serve on.
+            eprintln!("forgetting idle clients failed: {error}");
+        }
+    }
 }
 
 /// Sends `requests` GET requests to `address` from the client IP `from` (any address

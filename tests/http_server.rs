@@ -277,3 +277,32 @@ fn max_clients_of_zero_is_refused_when_the_limits_are_made() {
 fn the_example_bounds_its_clients() {
     assert_eq!(Limits::example().unwrap().max_clients(), MAX_CLIENTS);
 }
+
+#[tokio::test]
+async fn the_server_forgets_idle_clients_though_no_new_client_comes() {
+    // A short window, so that real time can pass it.
+    let window = Duration::from_millis(200);
+    let per_client = SlidingLog::new(10, window).unwrap();
+    let server = TokenBucket::new(Rate::per_second(100), 100).unwrap();
+    let limits = Arc::new(Limits::new(per_client, 100, server).unwrap());
+    let address = start(Arc::clone(&limits)).await;
+    for last_octet in 1..=3 {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 0, 2, last_octet));
+        assert_eq!(
+            send_requests(address, from, 1).await.unwrap()[0].0,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(limits.clients_held(), 3);
+    // `Keyed` alone would hold them until new clients came; the server's periodic sweep
+    // forgets them within two windows. Generous, for a slow machine.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while limits.clients_held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} clients still held",
+            limits.clients_held()
+        );
+        tokio::time::sleep(window / 4).await;
+    }
+}
