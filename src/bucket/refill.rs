@@ -157,8 +157,7 @@ pub(crate) fn serve_and_plan(
     if state.is_closed() {
         return None;
     }
-    state.serve(now);
-    let due = state.plan_refill();
+    let due = state.serve_and_plan_refill(now);
     *deliveries = shared.unlock_and_deliver(state, std::mem::take(deliveries));
     Some(shared.clock.instant(due))
 }
