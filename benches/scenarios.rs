@@ -10,13 +10,17 @@
 //! cargo bench --bench scenarios               # every scenario, about three minutes
 //! cargo bench --bench scenarios -- fairness   # only scenarios whose name contains "fairness"
 //! cargo bench --bench scenarios -- charts     # only the charts' two scenarios, about 15 s
+//! cargo bench --bench scenarios -- waiters ours leaky-bucket
+//!                                             # the memory and drain rows, two crates only
 //! ```
 //!
 //! Without a scenario argument the binary re-executes itself once per (scenario, crate)
 //! as `scenarios run <scenario> <crate>`, reads the one `RESULT key=value ...` line each
 //! child prints on stdout, and prints a markdown table with the crates side by side
 //! and the issue's target ("what we want") for reference. Progress goes to stderr.
-//! Arguments starting with `--` (cargo passes `--bench`) are ignored.
+//! An argument that is a crate's name (`ours`, `governor`, `governor-tokio-clock`,
+//! `leaky-bucket`) keeps only that crate's runs; several may be given. Arguments starting
+//! with `--` (cargo passes `--bench`) are ignored.
 //!
 //! # Charts
 //!
@@ -1393,6 +1397,10 @@ fn parent(filters: &[String]) -> ExitCode {
     let (clk_tck, asked) = getconf_clk_tck();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load_before = load_average();
+    // A filter that names a crate keeps that crate's runs; the others pick scenarios.
+    let (crate_filters, filters): (Vec<&String>, Vec<&String>) = filters
+        .iter()
+        .partition(|f| Crate::parse(f.as_str()).is_some());
     let runs: Vec<(&'static str, Crate)> = SCENARIOS
         .iter()
         .filter(|(name, _, _)| {
@@ -1400,9 +1408,12 @@ fn parent(filters: &[String]) -> ExitCode {
             filters.is_empty()
                 || filters
                     .iter()
-                    .any(|f| name.contains(f.as_str()) || (f == CHARTS_ONLY && charted))
+                    .any(|f| name.contains(f.as_str()) || (*f == CHARTS_ONLY && charted))
         })
         .flat_map(|&(name, _, crates)| crates.iter().map(move |&krate| (name, krate)))
+        .filter(|&(_, krate)| {
+            crate_filters.is_empty() || crate_filters.iter().any(|f| *f == krate.name())
+        })
         .collect();
     if runs.is_empty() {
         eprintln!("no scenario matches {filters:?}");

@@ -70,7 +70,13 @@ impl Acquire {
             return Poll::Pending;
         };
         let outcome = loop {
-            match Pin::new(&mut *receiver).poll(cx) {
+            // Most polls come once the outcome is in: read it without registering a waker
+            // or spending tokio's cooperative budget.
+            let received = match receiver.try_recv() {
+                Ok(outcome) => Poll::Ready(Ok(outcome)),
+                Err(_) => Pin::new(&mut *receiver).poll(cx),
+            };
+            match received {
                 Poll::Ready(Ok(Outcome::Requeued(next))) => {
                     // Our refill task died with its runtime: keep the place, listen on
                     // the new channel, and make sure a task serves us from this runtime.

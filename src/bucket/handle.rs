@@ -12,7 +12,6 @@ use std::time::Duration;
 use futures::channel::oneshot as signal;
 use futures::future::{FusedFuture, FutureExt, Shared as SharedFuture};
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
 
 use crate::bucket::builder::Builder;
 use crate::bucket::fast::FastPath;
@@ -33,7 +32,7 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     pub(crate) clock: Clock,
     /// Nudges the refill task to plan again.
-    pub(crate) refill_signal: Arc<Notify>,
+    pub(crate) refill_signal: Arc<refill::Nudge>,
     /// Whether a refill task is alive; an atomic so that its guard can clear it without
     /// the lock.
     pub(crate) refill_running: AtomicBool,
@@ -303,7 +302,7 @@ impl TokenBucket {
                 fast,
                 state: Mutex::new(state),
                 clock,
-                refill_signal: Arc::new(Notify::new()),
+                refill_signal: Arc::default(),
                 refill_running: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 capacity: AtomicU64::new(settings.capacity),

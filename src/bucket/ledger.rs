@@ -59,7 +59,9 @@ impl Ledger {
 
     /// Adds what `rate` accrues from `last` to `now`. An earlier `now` changes nothing.
     pub(crate) fn advance(&mut self, now: u64, rate: Rate) {
-        let Some(elapsed) = now.checked_sub(self.last) else {
+        // Nothing accrues in no time: serving often ends at the instant the last grant
+        // was made, and the division below is the costly part.
+        let Some(elapsed) = now.checked_sub(self.last).filter(|&elapsed| elapsed > 0) else {
             return;
         };
         let period = rate.period_nanos();

@@ -167,6 +167,15 @@ impl WaiterQueue {
         (id, receiver)
     }
 
+    /// Whether [`expire`](WaiterQueue::expire) has anything to look at: a deadline at or
+    /// before `now` (of a waiter live or gone).
+    #[inline]
+    pub(crate) fn expiring(&self, now: u64) -> bool {
+        self.deadlines
+            .peek()
+            .is_some_and(|&Reverse((deadline, _))| deadline <= now)
+    }
+
     /// Takes out every live waiter whose deadline is at or before `now`, returning their
     /// senders to be told. The caller has served the head up to `now`, so these are
     /// behind a head still waiting: none of them could have been served before its

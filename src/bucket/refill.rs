@@ -4,19 +4,21 @@
 //! It sleeps until the next instant something is due (the head's tokens accrue or its
 //! deadline passes), serves, and plans again. A change that makes something due sooner
 //! (a new head, a higher rate, a refund, a waiter that gave up) nudges it through a
-//! [`Notify`]. With nobody queued it sleeps on the `Notify` alone: an idle bucket costs
-//! no CPU. It holds the bucket only weakly, so it ends when the last handle is dropped,
+//! [`Nudge`]. With nobody queued it sleeps on the nudge alone: an idle bucket costs no
+//! CPU. It holds the bucket only weakly, so it ends when the last handle is dropped,
 //! and it ends when the bucket is closed.
 
 use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 
-use futures::future::{select, Either, FutureExt};
+use futures::future::FutureExt;
+use futures::task::AtomicWaker;
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::bucket::handle::Shared;
@@ -75,7 +77,7 @@ impl Drop for RunningGuard {
 /// [`TakeError::RefillFailed`]: started again by the next waiter, the task could panic
 /// again for ever. The guard outlives the task, so that nobody starts another before the
 /// waiters are told.
-async fn supervise(guard: RunningGuard, signal: Arc<Notify>) {
+async fn supervise(guard: RunningGuard, signal: Arc<Nudge>) {
     let task = AssertUnwindSafe(run(&guard.0, signal));
     if task.catch_unwind().await.is_err() {
         if let Some(shared) = guard.0.upgrade() {
@@ -84,21 +86,55 @@ async fn supervise(guard: RunningGuard, signal: Arc<Notify>) {
     }
 }
 
-async fn run(bucket: &Weak<Shared>, signal: Arc<Notify>) {
+async fn run(bucket: &Weak<Shared>, signal: Arc<Nudge>) {
     let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut deliveries = Vec::new();
     loop {
         let Some(wake_at) = serve_and_plan(bucket, &mut deliveries) else {
             return;
         };
-        let nudged = signal.notified();
-        match wake_at {
-            Some(instant) => {
-                sleep.as_mut().reset(instant);
-                // Either the due instant came or the plan changed: serve again.
-                let _: Either<_, _> = select(sleep.as_mut(), pin!(nudged)).await;
+        if let Some(instant) = wake_at {
+            sleep.as_mut().reset(instant);
+        }
+        // Either the due instant came or the plan changed: serve again.
+        poll_fn(|cx| {
+            if wake_at.is_some() && sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
             }
-            None => nudged.await,
+            signal.poll_nudged(cx)
+        })
+        .await;
+    }
+}
+
+/// What nudges the refill task to plan again: a flag and the task's waker. A nudge given
+/// while the task is busy stays set until its next wait, so none is lost (as a permit of
+/// tokio's `Notify` would). Cheaper than a `Notify`, whose waiter must register under its
+/// lock and deregister again on every round the sleep ends.
+///
+/// Plain atomics even under loom: there the refill task never runs (see
+/// [`ensure_running`]), so nobody waits on a nudge.
+#[derive(Debug, Default)]
+pub(crate) struct Nudge {
+    nudged: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Nudge {
+    /// Nudges the task: wakes it if it waits, or makes its next wait end at once.
+    pub(crate) fn notify_one(&self) {
+        self.nudged.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Ready once nudged since the last time it was ready. Registers before it looks, so
+    /// a nudge given in between is seen here or wakes the waker just registered.
+    fn poll_nudged(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.waker.register(cx.waker());
+        if self.nudged.swap(false, Ordering::AcqRel) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     }
 }
@@ -121,8 +157,7 @@ pub(crate) fn serve_and_plan(
     if state.is_closed() {
         return None;
     }
-    state.serve(now);
-    let due = state.plan_refill();
+    let due = state.serve_and_plan_refill(now);
     *deliveries = shared.unlock_and_deliver(state, std::mem::take(deliveries));
     Some(shared.clock.instant(due))
 }

@@ -156,17 +156,28 @@ impl State {
     /// expires every waiter whose deadline passed first, each at its own instant, in
     /// order. Returns `now`, or the ledger's time if a racing caller already went past it.
     pub(crate) fn serve(&mut self, now: u64) -> u64 {
+        self.replay(now).0
+    }
+
+    /// [`serve`](State::serve), returning also what [`next_due`](State::next_due) would
+    /// say afterwards: it is found on the way, at the head the replay stops at. Neither
+    /// expiring waiters behind that head (their deadlines are at or before `now`, the
+    /// head's is after it) nor advancing the ledger to `now` (the head's instant is
+    /// reckoned exactly from any earlier point of the same accrual) changes it.
+    fn replay(&mut self, now: u64) -> (u64, u64) {
         let now = now.max(self.ledger.last());
         if self.queue.is_empty() {
             // The common case, kept short: nothing to replay, only accrue and cap.
             self.ledger.advance(now, self.rate);
             self.ledger.cap(self.capacity);
-            return now;
+            return (now, NEVER);
         }
+        let mut due = NEVER;
         while let Some(head) = self.queue.head() {
             let ready_at = self.ledger.ready_at(head.tokens, self.rate);
             if head.deadline < ready_at {
                 if head.deadline > now {
+                    due = head.deadline;
                     break;
                 }
                 // Those behind it could not be served while it stood in front of them.
@@ -179,6 +190,7 @@ impl State {
                 continue;
             }
             if ready_at > now {
+                due = ready_at;
                 break;
             }
             self.ledger.advance(ready_at, self.rate);
@@ -196,10 +208,12 @@ impl State {
         }
         // Those behind the head whose deadline passed leave now, at the instant anyone
         // looks, rather than when their own timer runs a tick later.
-        for sender in self.queue.expire(now) {
-            self.tally.add_timed_out();
-            self.deliveries
-                .push(Delivery::new(sender, Outcome::TimedOut, 0));
+        if self.queue.expiring(now) {
+            for sender in self.queue.expire(now) {
+                self.tally.add_timed_out();
+                self.deliveries
+                    .push(Delivery::new(sender, Outcome::TimedOut, 0));
+            }
         }
         self.ledger.advance(now, self.rate);
         // While waiters queue the head always needs more than is held, so the cap can
@@ -207,7 +221,7 @@ impl State {
         if self.queue.is_empty() {
             self.ledger.cap(self.capacity);
         }
-        now
+        (now, due)
     }
 
     /// Whole tokens held at `now`.
@@ -515,10 +529,17 @@ impl State {
         self.refill_wake = 0;
     }
 
-    /// The refill task calls this after serving: the instant it will sleep until.
-    pub(crate) fn plan_refill(&mut self) -> u64 {
-        self.refill_wake = self.next_due();
-        self.refill_wake
+    /// The refill task's round: serves up to `now` and returns the instant it will sleep
+    /// until.
+    pub(crate) fn serve_and_plan_refill(&mut self, now: u64) -> u64 {
+        let (_, due) = self.replay(now);
+        debug_assert_eq!(
+            due,
+            self.next_due(),
+            "the replay found the next instant due"
+        );
+        self.refill_wake = due;
+        due
     }
 
     /// After a change, whether the refill task sleeps past what is now due (or must see
