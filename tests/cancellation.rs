@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assert_now, empty_bucket, ms, secs, yield_until};
-use token_bucket::{Rate, TokenBucket};
+use token_bucket::{Rate, TokenBucket, TryTakeError};
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]
@@ -181,11 +181,13 @@ fn tokens_counted_taken_are_exactly_those_callers_saw_under_races() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_grant_dropped_unseen_while_others_wait_loses_none_to_the_cap() {
+async fn a_grant_dropped_unseen_while_others_wait_is_undone_as_if_never_made() {
     // Capacity 2 at 1 per second. `first` is granted its 2 tokens at 2 s but never polled
-    // again; `second` waits behind it for 2. At 3.5 s, `first` is dropped: its 2 tokens go
-    // back while the 1 token accrued since is already held for `second`. `second` is
-    // served at once, and that 1 token must still be there, not capped away.
+    // again; `second` waits behind it for 2. At 3.5 s, `first` is dropped. Had its grant
+    // never been made the bucket would have been full from 2 s on, holding 2 at 3.5 s:
+    // `second` is served at once and nothing is left. (Giving the 2 back on top of the
+    // 1.5 accrued since would leave 1.5 after `second`: 3 taken at 3.5 s from a bucket of
+    // 2.)
     let bucket = empty_bucket(Rate::per_second(1), 2);
     let start = Instant::now();
     let mut first = tokio_test::task::spawn(bucket.take(2));
@@ -198,6 +200,7 @@ async fn a_grant_dropped_unseen_while_others_wait_loses_none_to_the_cap() {
     drop(first);
     assert_eq!(second.await.unwrap(), Ok(()));
     assert_now(start, ms(3_500));
-    assert_eq!(bucket.available(), 1);
+    assert_eq!(bucket.available(), 0);
+    assert_eq!(bucket.try_take(1), Err(TryTakeError::Insufficient { retry_after: ms(1_000) }));
     assert_eq!(bucket.stats().taken, 2);
 }

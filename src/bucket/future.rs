@@ -78,6 +78,10 @@ impl Acquire {
                 }
             }
         };
+        if matches!(outcome, Outcome::Granted) && self.request.consumes() > 0 {
+            // Seen: dropping this future can no longer undo it.
+            self.bucket.acknowledge_grant();
+        }
         self.finish(result_of(outcome))
     }
 

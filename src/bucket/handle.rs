@@ -19,8 +19,9 @@ use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::queue::{Delivery, Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
-use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::state::{self, Admission, Leaving, Settings, State};
 use crate::bucket::stats::Stats;
+use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
@@ -31,6 +32,8 @@ pub(crate) struct Shared {
     /// The state while nobody waits, taken without the lock; see `fast.rs`.
     pub(crate) fast: FastPath,
     state: Mutex<State>,
+    /// Grants delivered to waiters and not yet read; see `unseen.rs`.
+    unseen: Unseen,
     pub(crate) clock: Clock,
     /// Nudges the refill task to plan again.
     pub(crate) refill_signal: Arc<Notify>,
@@ -68,6 +71,7 @@ enum CloseWatch {
 /// state back when it is released with nobody waiting.
 pub(crate) struct Locked<'a> {
     fast: &'a FastPath,
+    unseen: &'a Unseen,
     state: MutexGuard<'a, State>,
 }
 
@@ -88,6 +92,7 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.state.flush_tally(&self.fast.counters);
+        self.state.settle_unseen(self.unseen);
         if let Some(ledger) = self.state.idle_ledger() {
             self.fast
                 .publish(ledger, self.state.rate(), self.state.capacity());
@@ -106,6 +111,7 @@ impl Shared {
         }
         Locked {
             fast: &self.fast,
+            unseen: &self.unseen,
             state,
         }
     }
@@ -162,16 +168,13 @@ impl Shared {
         loop {
             state.swap_deliveries(&mut deliveries);
             drop(state);
-            let owed = deliveries.drain(..).fold(0, |owed: u64, delivery| {
-                owed.saturating_add(delivery.send())
-            });
-            if owed == 0 {
+            let undelivered = state::deliver(&mut deliveries);
+            if undelivered == 0 {
                 return deliveries;
             }
             // Rare: a waiter left between the decision and the send.
-            let now = self.clock.now();
-            state = self.lock(now);
-            state.undelivered(owed, now);
+            state = self.lock(self.clock.now());
+            state.undelivered(undelivered);
             if state.refill_needs_nudge() {
                 self.refill_signal.notify_one();
             }
@@ -302,6 +305,7 @@ impl TokenBucket {
             shared: Arc::new(Shared {
                 fast,
                 state: Mutex::new(state),
+                unseen: Unseen::new(),
                 clock,
                 refill_signal: Arc::new(Notify::new()),
                 refill_running: AtomicBool::new(false),
@@ -856,6 +860,14 @@ impl TokenBucket {
         let mut state = self.shared.lock(self.shared.clock.now());
         // Outside any runtime there is nobody to start it; the next poll inside one will.
         let _ = refill::ensure_running(&self.shared, &mut state);
+    }
+
+    /// A queued waiter read its grant: if it was the last one unseen and nobody is
+    /// queued, the lock is taken and released so that the fast path gets the word back.
+    pub(crate) fn acknowledge_grant(&self) {
+        if self.shared.unseen.acknowledge() {
+            drop(self.shared.lock(self.shared.clock.now()));
+        }
     }
 
     /// A queued request leaves early; see [`State::leave`].
