@@ -378,8 +378,15 @@ impl TokenBucket {
     /// # Cancel safety
     ///
     /// Cancel safe. Dropping the future gives up its place in the queue without blocking
-    /// those behind it, and takes no tokens; if its tokens were granted but not yet seen,
-    /// they go back to the bucket.
+    /// those behind it, and takes no tokens. If its tokens were granted but it had not
+    /// seen them yet, the grant is undone as if it had never been made, so that no
+    /// interval ever takes more than `capacity + rate × t`: of the `tokens` granted at
+    /// instant `g`, what comes back when it is dropped is the least room the bucket had
+    /// below its capacity at any moment since `g` (fractions of a token count), and all of
+    /// them when the bucket always had room for them. Tokens the bucket could not have
+    /// held do not come back: if it filled up at some moment since `g`, nothing does.
+    /// When several grants are dropped unseen, each comes back as if none of them had
+    /// been made. A grant dropped after more than 1,024 later ones gives nothing back.
     ///
     /// # Examples
     ///
