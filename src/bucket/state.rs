@@ -529,6 +529,7 @@ impl State {
 
     /// Called as the lock is released: adds what this section decided to the count of
     /// unseen grants, and forgets the record once none is left.
+    #[inline]
     pub(crate) fn settle_unseen(&mut self, unseen: &Unseen) {
         if let Some(change) = self.unseen.take_change() {
             if unseen.settle(change, !self.queue.is_empty()) {

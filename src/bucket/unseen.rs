@@ -45,6 +45,9 @@ use crate::sync::AtomicU64;
 /// bounds the record at 32 KiB while one waiter sits on its grant for a long time.
 const MOST_RECORDED: usize = 1024;
 
+/// Grants whose room the record keeps allocated once none is unseen.
+const KEPT_ALLOCATION: usize = 64;
+
 /// No headroom recorded yet.
 const UNBOUNDED: u128 = u128::MAX;
 
@@ -214,6 +217,7 @@ impl Grants {
 
     /// What this lock section changed in the count, for [`Unseen::settle`]; `None` when
     /// there is nothing to tell it.
+    #[inline]
     pub(crate) fn take_change(&mut self) -> Option<u64> {
         if !self.active && self.decided == 0 && self.settled == 0 {
             return None;
@@ -223,11 +227,16 @@ impl Grants {
         Some(change)
     }
 
-    /// Every grant has been seen: nothing more to record.
+    /// Every grant has been seen: nothing more to record. A small allocation is kept for
+    /// the next busy spell; a large one (a grant sat unseen a long time) is freed.
     pub(crate) fn forget(&mut self) {
         self.active = false;
         self.before = 0;
-        self.recorded = VecDeque::new();
+        if self.recorded.capacity() > KEPT_ALLOCATION {
+            self.recorded = VecDeque::new();
+        } else {
+            self.recorded.clear();
+        }
     }
 }
 
