@@ -15,7 +15,7 @@ use std::time::Duration;
 use loom::future::block_on;
 use loom::thread;
 
-use crate::bucket::queue::{Kind, Outcome, Request};
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
 use crate::bucket::state::Leaving;
 use crate::bucket::TokenBucket;
@@ -23,6 +23,7 @@ use crate::clock::{model_time, NEVER};
 use crate::error::{TakeError, TryTakeError};
 use crate::limiter::Limiter;
 use crate::rate::Rate;
+use crate::sync::oneshot;
 use crate::window::FixedWindow;
 
 const SECOND: u64 = 1_000_000_000;
@@ -369,5 +370,84 @@ fn loom_refund_racing_fast_takers_keeps_the_books() {
         assert!(taken >= 1, "the initial token was there for the first try");
         assert_eq!(stats.taken, taken);
         assert_eq!(stats.available + taken, 2, "{stats:?}");
+    });
+}
+
+/// The fast path's word is open again, at the model's clock `now`, holding `available`
+/// tokens; `taken` were taken, and nobody is queued.
+#[track_caller]
+fn assert_handed_back(bucket: &TokenBucket, now: u64, taken: u64, available: u64) {
+    let word = bucket.shared().fast.available(now);
+    assert_eq!(word, Some(available), "the word stayed seized");
+    let stats = bucket.stats();
+    let books = (stats.taken, stats.available, stats.queued);
+    assert_eq!(books, (taken, available, 0), "{stats:?}");
+}
+
+/// A bucket of 2, empty at 0, whose one waiter the refill task granted 1 token at 1 s;
+/// the clock stands at 2 s, another token accrued, and the grant is not read yet.
+fn granted_unseen_a_second_ago() -> (TokenBucket, WaiterId, oneshot::Receiver<Outcome>) {
+    let bucket = bucket(2, 0);
+    let (id, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+    set_time(SECOND);
+    refill_wakes(&bucket);
+    set_time(2 * SECOND);
+    (bucket, id, receiver)
+}
+
+/// A waiter reading its grant races a taker: while the grant is unseen every take goes
+/// through the lock, and whichever comes first, once it is read the word is handed back
+/// to the fast path (by the waiter, or by the taker if the waiter read it first).
+#[test]
+fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
+    model(|| {
+        let (bucket, _, receiver) = granted_unseen_a_second_ago();
+        let waiter = on_thread(&bucket, move |bucket| {
+            let outcome = block_on(receiver);
+            assert!(matches!(outcome, Ok(Outcome::Granted)), "{outcome:?}");
+            bucket.acknowledge_grant();
+        });
+        assert_eq!(bucket.try_take(1), Ok(()));
+        waiter.join().unwrap();
+        assert_handed_back(&bucket, 2 * SECOND, 2, 0);
+    });
+}
+
+/// A grant dropped unseen races a taker. Dropped first, it has room for its token and
+/// gives it back; taken first, the taker leaves room for it just the same. Either way one
+/// token is left, not the two a refund after the take would leave in a bucket whose
+/// history without the grant holds one, and the word is handed back.
+#[test]
+fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
+    model(|| {
+        let (bucket, id, mut receiver) = granted_unseen_a_second_ago();
+        let taker = on_thread(&bucket, |bucket| bucket.try_take(1));
+        bucket.leave(id, &mut receiver, take(1), Leaving::Dropped);
+        drop(receiver);
+        assert_eq!(taker.join().unwrap(), Ok(()));
+        assert_handed_back(&bucket, 2 * SECOND, 1, 1);
+    });
+}
+
+/// A grant sent under the lock (by a waiter behind it leaving, which serves first) can be
+/// read and acknowledged before the leaving waiter's release adds it to the count: the
+/// count dips below zero for a moment, and the word is still handed back exactly once
+/// nobody is unseen or queued.
+#[test]
+fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
+    model(|| {
+        let bucket = bucket(2, 0);
+        let (_, first) = bucket.begin(take(1)).unwrap().expect("queued");
+        let (second_id, mut second) = bucket.begin(take(1)).unwrap().expect("queued");
+        set_time(SECOND);
+        let waiter = on_thread(&bucket, move |bucket| {
+            let outcome = block_on(first);
+            assert!(matches!(outcome, Ok(Outcome::Granted)), "{outcome:?}");
+            bucket.acknowledge_grant();
+        });
+        let left = bucket.leave(second_id, &mut second, take(1), Leaving::Dropped);
+        assert!(left.is_none(), "{left:?}");
+        waiter.join().unwrap();
+        assert_handed_back(&bucket, SECOND, 1, 0);
     });
 }

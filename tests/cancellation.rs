@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_now, empty_bucket, ms, secs, yield_until};
-use token_bucket::{Rate, TokenBucket};
+use common::lockstep::{self, Op};
+use common::model::{Kind, ModelRate, Setup};
+use common::{assert_now, bucket_with, empty_bucket, ms, ns, secs, yield_until};
+use token_bucket::{Rate, Take, TokenBucket, TryTakeError};
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]
@@ -181,11 +183,13 @@ fn tokens_counted_taken_are_exactly_those_callers_saw_under_races() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_grant_dropped_unseen_while_others_wait_loses_none_to_the_cap() {
+async fn a_grant_dropped_unseen_while_others_wait_is_undone_as_if_never_made() {
     // Capacity 2 at 1 per second. `first` is granted its 2 tokens at 2 s but never polled
-    // again; `second` waits behind it for 2. At 3.5 s, `first` is dropped: its 2 tokens go
-    // back while the 1 token accrued since is already held for `second`. `second` is
-    // served at once, and that 1 token must still be there, not capped away.
+    // again; `second` waits behind it for 2. At 3.5 s, `first` is dropped. Had its grant
+    // never been made the bucket would have been full from 2 s on, holding 2 at 3.5 s:
+    // `second` is served at once and nothing is left. (Giving the 2 back on top of the
+    // 1.5 accrued since would leave 1.5 after `second`: 3 taken at 3.5 s from a bucket of
+    // 2.)
     let bucket = empty_bucket(Rate::per_second(1), 2);
     let start = Instant::now();
     let mut first = tokio_test::task::spawn(bucket.take(2));
@@ -198,6 +202,134 @@ async fn a_grant_dropped_unseen_while_others_wait_loses_none_to_the_cap() {
     drop(first);
     assert_eq!(second.await.unwrap(), Ok(()));
     assert_now(start, ms(3_500));
-    assert_eq!(bucket.available(), 1);
+    assert_eq!(bucket.available(), 0);
+    assert_eq!(
+        bucket.try_take(1),
+        Err(TryTakeError::Insufficient {
+            retry_after: ms(1_000)
+        })
+    );
     assert_eq!(bucket.stats().taken, 2);
+}
+
+/// A `take(tokens)` polled once, queued, and granted at `grant_at` after `start`, which
+/// nobody polls again: the grant is delivered but unseen.
+async fn granted_unseen(
+    bucket: &TokenBucket,
+    tokens: u64,
+    start: Instant,
+    grant_at: Duration,
+) -> tokio_test::task::Spawn<Take> {
+    let mut waiter = tokio_test::task::spawn(bucket.take(tokens));
+    tokio_test::assert_pending!(waiter.poll());
+    tokio::time::sleep_until(start + grant_at).await;
+    yield_until(|| waiter.is_woken()).await;
+    assert_eq!(bucket.queued(), 0, "granted at {grant_at:?}");
+    waiter
+}
+
+/// `bucket` holds `tokens` whole tokens, and one more after `next_in` exactly.
+#[track_caller]
+fn assert_holds(bucket: &TokenBucket, tokens: u64, next_in: Duration) {
+    assert_eq!(bucket.available(), tokens);
+    let refusal = TryTakeError::Insufficient {
+        retry_after: next_in,
+    };
+    assert_eq!(bucket.try_take(tokens + 1), Err(refusal));
+}
+
+/// Issue 13's counterexample: no interval may take more than `capacity + rate × t`, even
+/// when a grant is dropped unseen after others took from the bucket.
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_lets_no_interval_take_more_than_capacity_and_accrual() {
+    // Capacity 2 at 1 per second, full, emptied at once; a take of 2 is granted at 2 s,
+    // when the bucket has refilled, and never seen.
+    let bucket = bucket_with(Rate::per_second(1), 2, 2);
+    let start = Instant::now();
+    bucket.try_take(2).unwrap();
+    let waiter = granted_unseen(&bucket, 2, start, secs(2)).await;
+    tokio::time::sleep_until(start + secs(3)).await;
+    assert_eq!(bucket.try_take(1), Ok(()));
+    tokio::time::sleep_until(start + ms(3_500)).await;
+    drop(waiter);
+    // Had the grant never been made: full at 2 s, 1 left at 3 s, 1.5 now. Giving the 2
+    // back (capped at 2) would let 3 be taken in [3 s, 3.5 s].
+    assert_holds(&bucket, 1, ms(500));
+    tokio::time::advance(ms(500) - ns(1)).await;
+    assert!(bucket.try_take(2).is_err(), "a nanosecond early");
+    tokio::time::advance(ns(1)).await;
+    assert_eq!(bucket.try_take(2), Ok(()));
+    assert_now(start, secs(4));
+    assert_eq!(bucket.stats().taken, 2 + 1 + 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_before_the_bucket_could_fill_comes_back_whole() {
+    // Capacity 5 at 1 per second, empty: 2 granted at 2 s, unseen, dropped at 3.5 s. The
+    // bucket never held more than 1.5 since, never within 2 of full: all 2 come back, and
+    // the half token stays.
+    let bucket = empty_bucket(Rate::per_second(1), 5);
+    let start = Instant::now();
+    let waiter = granted_unseen(&bucket, 2, start, secs(2)).await;
+    tokio::time::sleep_until(start + ms(3_500)).await;
+    drop(waiter);
+    assert_holds(&bucket, 3, ms(500));
+    assert_eq!(bucket.stats().taken, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_gives_back_only_what_the_bucket_had_room_for() {
+    // Capacity 4 at 1 per second, empty: 3 granted at 3 s, unseen. At 4.5 s a try_take(1)
+    // finds 1.5: just before it, the bucket had room for 2.5 more, the least since the
+    // grant. Dropped at 5 s, the grant gives back 2.5 of its 3: had it never been made the
+    // bucket would have been full from 4 s, held 3 after the try_take, and 3.5 now.
+    let bucket = empty_bucket(Rate::per_second(1), 4);
+    let start = Instant::now();
+    let waiter = granted_unseen(&bucket, 3, start, secs(3)).await;
+    tokio::time::sleep_until(start + ms(4_500)).await;
+    assert_eq!(bucket.try_take(1), Ok(()));
+    tokio::time::sleep_until(start + secs(5)).await;
+    drop(waiter);
+    assert_holds(&bucket, 3, ms(500));
+    assert_eq!(bucket.stats().taken, 1);
+}
+
+/// The same in lockstep with the reference model: a grant made at 1.5 ms and dropped
+/// unseen at the 2 ms tick, while a second take of 2 waits behind it, gives back only
+/// what the bucket had room for; the second is served at once and nothing more can be
+/// taken before the bucket refills. (Given back whole, it left 2/3 of a token after the
+/// second was served, and at 3 ms two `try_take(1)` succeeded: 4 tokens in a millisecond
+/// from a bucket of 2 filling at 4/3 a millisecond.)
+#[test]
+fn a_grant_dropped_unseen_while_another_waits_agrees_with_the_model() {
+    let setup = Setup {
+        rate: ModelRate {
+            amount: 4,
+            period: 3_000_000,
+        },
+        capacity: 2,
+        initial: 0,
+        queue_limit: None,
+    };
+    let take = |tokens| Op::Request {
+        kind: Kind::Take,
+        tokens,
+        timeout: None,
+        cancel_unpolled: false,
+    };
+    let ops = [
+        take(2),
+        take(2),
+        Op::SleepUntilDue,
+        Op::Drop {
+            pick: 0,
+            racing: true,
+        },
+        Op::TryTake(1),
+        Op::Sleep(1),
+        Op::TryTake(1),
+        Op::TryTake(1),
+    ];
+    let summary = lockstep::run(setup, &ops).unwrap();
+    assert_eq!(summary.unseen_grants_dropped, 1);
 }

@@ -257,7 +257,10 @@ fn saturation() -> impl Strategy<Value = Saturation> {
 /// the very tick their grant is delivered), some time out, and plain takes behind them
 /// keep the queue from ever emptying until the horizon. Then every token the rate
 /// accrued, plus the initial ones, must have been granted to a take that saw it or still
-/// be in the bucket: none lost to a race or a waiter that left.
+/// be in the bucket, none lost to a race or a waiter that left, but for one thing: a
+/// grant dropped before its waiter saw it is undone as if never made, and had it never
+/// been made the bucket might have filled, and dropped tokens at its capacity, while its
+/// tokens were out. So up to the tokens of the takes dropped may be missing, never more.
 async fn saturate(case: Saturation) -> Result<(), String> {
     let origin = Instant::now();
     let Setup {
@@ -335,12 +338,24 @@ async fn saturate(case: Saturation) -> Result<(), String> {
     }
     let grants: Vec<Grant> = tasks.iter().filter_map(Task::grant).collect();
     let granted: u64 = grants.iter().map(|grant| grant.tokens).sum();
-    if granted + available != accrued {
+    let dropped: u64 = tasks
+        .iter()
+        .filter(|task| task.kind == Kind::Take && task.seen == Some(lockstep::Seen::Cancelled))
+        .map(|task| task.tokens)
+        .sum();
+    let missing = i128::from(accrued) - i128::from(granted + available);
+    if !(0..=i128::from(dropped)).contains(&missing) {
         return Err(format!(
             "{initial} tokens at first and {} accrued by {horizon} ns, but {granted} were \
-             granted and {available} are left: {} lost",
+             granted and {available} are left: {missing} missing, with {dropped} tokens of \
+             takes dropped",
             accrued - initial,
-            i128::from(accrued) - i128::from(granted + available)
+        ));
+    }
+    let taken = bucket.stats().taken;
+    if taken != granted {
+        return Err(format!(
+            "{granted} tokens granted to takes that saw them, {taken} counted"
         ));
     }
     check_never_over(&grants, &Supply::new(case.setup))?;
@@ -416,11 +431,11 @@ fn the_model_grants_at_the_instants_the_documentation_gives() {
 }
 
 #[test]
-fn a_grant_dropped_unseen_after_more_accrued_is_not_capped_away() {
+fn a_grant_dropped_unseen_is_undone_as_if_never_made() {
     // Capacity 2 at 1 per second. A takes 2 (granted at 2 s), B queues behind for 2.
-    // A is dropped at 3.5 s without having seen its grant: its 2 tokens go back, and with
-    // the 1 that accrued for B since, B is served at once and 1 is left. Capping the
-    // given-back tokens at the capacity while B waits would lose that one.
+    // A is dropped at 3.5 s without having seen its grant. Had it never been made the
+    // bucket would have been full from 2 s on: at 3.5 s it holds 2, not the 1.5 accrued
+    // since plus A's 2. B is served at once and nothing is left.
     let mut model = Model::new(one_per_second(2, 0));
     let a = model.request(Kind::Take, 2, NO_DEADLINE, 0);
     let b = model.request(Kind::Take, 2, NO_DEADLINE, 0);
@@ -430,7 +445,8 @@ fn a_grant_dropped_unseen_after_more_accrued_is_not_capped_away() {
         model.status(b),
         Status::Finished { result: Ok(()), at, .. } if at == 3_500 * MILLI
     ));
-    assert_eq!(model.available(3_500 * MILLI), 1);
+    assert_eq!(model.available(3_500 * MILLI), 0);
+    assert_eq!(model.available(5_500 * MILLI), 2);
 }
 
 #[test]
@@ -460,4 +476,10 @@ fn the_history_checks_catch_what_they_promise_to() {
     assert!(check_never_over(&[grant(2, 0), grant(1, SECOND)], &supply).is_ok());
     let error = check_never_over(&[grant(2, 0), grant(2, SECOND)], &supply).unwrap_err();
     assert!(error.contains("4 tokens granted"), "{error}");
+    // Issue 13's counterexample: 1 at 3 s and 2 at 3.5 s are 3 in half a second from a
+    // bucket of 2 gaining 1 a second, as when a grant dropped unseen came back whole.
+    let half = SECOND / 2;
+    assert!(check_never_over(&[grant(1, 3 * SECOND), grant(1, 7 * half)], &supply).is_ok());
+    let error = check_never_over(&[grant(1, 3 * SECOND), grant(2, 7 * half)], &supply).unwrap_err();
+    assert!(error.contains("3 tokens granted"), "{error}");
 }

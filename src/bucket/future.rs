@@ -93,6 +93,10 @@ impl Acquire {
                 }
             }
         };
+        if matches!(outcome, Outcome::Granted) && self.request.consumes() > 0 {
+            // Seen: dropping this future can no longer undo it.
+            self.bucket.acknowledge_grant();
+        }
         self.finish(result_of(outcome))
     }
 
@@ -264,8 +268,9 @@ macro_rules! request_future {
 ///
 /// # Cancel safety
 ///
-/// Cancel safe: dropping it at any point takes no tokens and never blocks the queue.
-/// Tokens granted to it but not yet seen go back to the bucket.
+/// Cancel safe: dropping it at any point takes no tokens and never blocks the queue. A
+/// grant it had not seen yet is undone as if it had never been made: see
+/// [`TokenBucket::take`](crate::TokenBucket::take) for what comes back.
 ///
 /// ```
 /// use token_bucket::{Rate, Take, TokenBucket};

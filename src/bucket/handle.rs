@@ -18,8 +18,9 @@ use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::queue::{Delivery, Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
-use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::state::{self, Admission, Leaving, Settings, State};
 use crate::bucket::stats::Stats;
+use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     /// The state while nobody waits, taken without the lock; see `fast.rs`.
     pub(crate) fast: FastPath,
     state: Mutex<State>,
+    /// Grants delivered to waiters and not yet read; see `unseen.rs`.
+    unseen: Unseen,
     pub(crate) clock: Clock,
     /// Nudges the refill task to plan again.
     pub(crate) refill_signal: Arc<refill::Nudge>,
@@ -67,6 +70,7 @@ enum CloseWatch {
 /// state back when it is released with nobody waiting.
 pub(crate) struct Locked<'a> {
     fast: &'a FastPath,
+    unseen: &'a Unseen,
     state: MutexGuard<'a, State>,
 }
 
@@ -87,6 +91,7 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.state.flush_tally(&self.fast.counters);
+        self.state.settle_unseen(self.unseen);
         if let Some(ledger) = self.state.idle_ledger() {
             self.fast
                 .publish(ledger, self.state.rate(), self.state.capacity());
@@ -105,6 +110,7 @@ impl Shared {
         }
         Locked {
             fast: &self.fast,
+            unseen: &self.unseen,
             state,
         }
     }
@@ -161,16 +167,13 @@ impl Shared {
         loop {
             state.swap_deliveries(&mut deliveries);
             drop(state);
-            let owed = deliveries.drain(..).fold(0, |owed: u64, delivery| {
-                owed.saturating_add(delivery.send())
-            });
-            if owed == 0 {
+            let undelivered = state::deliver(&mut deliveries);
+            if undelivered == 0 {
                 return deliveries;
             }
             // Rare: a waiter left between the decision and the send.
-            let now = self.clock.now();
-            state = self.lock(now);
-            state.undelivered(owed, now);
+            state = self.lock(self.clock.now());
+            state.undelivered(undelivered);
             if state.refill_needs_nudge() {
                 self.refill_signal.notify_one();
             }
@@ -301,6 +304,7 @@ impl TokenBucket {
             shared: Arc::new(Shared {
                 fast,
                 state: Mutex::new(state),
+                unseen: Unseen::new(),
                 clock,
                 refill_signal: Arc::default(),
                 refill_running: AtomicBool::new(false),
@@ -381,8 +385,15 @@ impl TokenBucket {
     /// # Cancel safety
     ///
     /// Cancel safe. Dropping the future gives up its place in the queue without blocking
-    /// those behind it, and takes no tokens; if its tokens were granted but not yet seen,
-    /// they go back to the bucket.
+    /// those behind it, and takes no tokens. If its tokens were granted but it had not
+    /// seen them yet, the grant is undone as if it had never been made, so that no
+    /// interval ever takes more than `capacity + rate × t`: of the `tokens` granted at
+    /// instant `g`, what comes back when it is dropped is the least room the bucket had
+    /// below its capacity at any moment since `g` (fractions of a token count), and all of
+    /// them when the bucket always had room for them. Tokens the bucket could not have
+    /// held do not come back: if it filled up at some moment since `g`, nothing does.
+    /// When several grants are dropped unseen, each comes back as if none of them had
+    /// been made. A grant dropped after more than 1,024 later ones gives nothing back.
     ///
     /// # Examples
     ///
@@ -873,6 +884,14 @@ impl TokenBucket {
         let mut state = self.shared.lock(self.shared.clock.now());
         // Outside any runtime there is nobody to start it; the next poll inside one will.
         let _ = refill::ensure_running(&self.shared, &mut state);
+    }
+
+    /// A queued waiter read its grant: if it was the last one unseen and nobody is
+    /// queued, the lock is taken and released so that the fast path gets the word back.
+    pub(crate) fn acknowledge_grant(&self) {
+        if self.shared.unseen.acknowledge() {
+            drop(self.shared.lock(self.shared.clock.now()));
+        }
     }
 
     /// A queued request leaves early; see [`State::leave`].

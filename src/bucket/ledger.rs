@@ -112,6 +112,23 @@ impl Ledger {
         self.tokens = self.tokens.saturating_add(tokens);
     }
 
+    /// What is held, in parts of a token (`period` parts each).
+    pub(crate) fn parts(&self, period: u128) -> u128 {
+        u128::from(self.tokens)
+            .saturating_mul(period)
+            .saturating_add(self.fraction)
+    }
+
+    /// Adds `parts` of a token (`period` parts each); the caller caps afterwards if it must.
+    pub(crate) fn give_back_parts(&mut self, parts: u128, period: u128) {
+        let fraction = self.fraction + parts % period;
+        let whole = parts / period + fraction / period;
+        self.fraction = fraction % period;
+        self.tokens = self
+            .tokens
+            .saturating_add(u64::try_from(whole).unwrap_or(u64::MAX));
+    }
+
     /// Drops whatever is above `capacity`, the fraction included once the bucket is full.
     pub(crate) fn cap(&mut self, capacity: u64) {
         if self.tokens >= capacity {

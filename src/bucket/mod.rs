@@ -12,6 +12,8 @@
 //! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
+//! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
+//!   back.
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters.
 //!
@@ -28,6 +30,7 @@ pub(crate) mod queue;
 pub(crate) mod refill;
 pub(crate) mod state;
 mod stats;
+mod unseen;
 
 pub use builder::Builder;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};

@@ -207,6 +207,11 @@ impl WaiterQueue {
         None
     }
 
+    /// The id of the head [`head`](WaiterQueue::head) returned.
+    pub(crate) fn head_id(&self) -> Option<WaiterId> {
+        self.entries.front().map(|entry| entry.id)
+    }
+
     /// Removes the head (which [`head`](WaiterQueue::head) returned) and returns its
     /// sender, for the caller to tell it its outcome; `None` when it was a tombstone.
     pub(crate) fn pop_head(&mut self) -> Option<oneshot::Sender<Outcome>> {

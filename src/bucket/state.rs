@@ -13,6 +13,7 @@ use crate::bucket::counters::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::Stats;
+use crate::bucket::unseen::{Grants, Unseen};
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
@@ -68,7 +69,7 @@ pub(crate) enum Admission {
 /// Why a queued waiter leaves the queue early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leaving {
-    /// Its future was dropped: a grant it never read goes back to the bucket.
+    /// Its future was dropped: a grant it never read is undone (see `unseen.rs`).
     Dropped,
     /// Its deadline passed.
     DeadlinePassed,
@@ -123,6 +124,8 @@ pub(crate) struct State {
     /// Outcomes decided but not yet sent; whoever holds the lock sends them after
     /// releasing it (see [`Shared::deliver`](crate::bucket::handle::Shared::deliver)).
     deliveries: Vec<Delivery>,
+    /// Grants their waiters may not have seen yet, and the headroom since.
+    unseen: Grants,
 }
 
 impl State {
@@ -137,6 +140,7 @@ impl State {
             tally: Tally::default(),
             refill_wake: NEVER,
             deliveries: Vec::new(),
+            unseen: Grants::default(),
         }
     }
 
@@ -195,11 +199,16 @@ impl State {
             }
             self.ledger.advance(ready_at, self.rate);
             let consumed = head.consumes();
+            self.before_take(consumed);
             self.ledger.take(consumed);
+            let id = self.queue.head_id();
             match self.queue.pop_head() {
                 // A receiver already gone gives its tokens back at once, on the schedule.
                 Some(sender) if !sender.is_closed() => {
                     self.tally.add_taken(consumed);
+                    if let (Some(id), true) = (id, consumed > 0) {
+                        self.unseen.granted(id, consumed);
+                    }
                     self.deliveries
                         .push(Delivery::new(sender, Outcome::Granted, consumed));
                 }
@@ -243,6 +252,7 @@ impl State {
                 capacity: self.capacity,
             })
         } else if self.queue.is_empty() && self.ledger.tokens() >= tokens {
+            self.before_take(tokens);
             self.ledger.take(tokens);
             self.tally.add_taken(tokens);
             Ok(())
@@ -278,6 +288,7 @@ impl State {
         }
         if self.queue.is_empty() && self.ledger.tokens() >= request.tokens {
             let consumed = request.consumes();
+            self.before_take(consumed);
             self.ledger.take(consumed);
             self.tally.add_taken(consumed);
             return Ok(Admission::Granted);
@@ -305,7 +316,8 @@ impl State {
     }
 
     /// Takes a queued waiter out of the queue early. Returns the outcome it had already
-    /// been sent, if any; when it had been granted tokens and is `Dropped`, they go back.
+    /// been sent, if any; a grant it is `Dropped` without reading, or one still on its
+    /// way (which will not arrive), is undone as `unseen.rs` says.
     pub(crate) fn leave(
         &mut self,
         id: WaiterId,
@@ -317,13 +329,15 @@ impl State {
         let now = self.serve(now);
         // Its own outcome may be among those not sent yet: send them now, under the lock,
         // so the receiver shows whether it was granted. Leaving early is the rare path.
-        self.deliver_under_lock(now);
+        self.deliver_under_lock();
         match received_on_leaving(receiver) {
             Some(outcome) => {
-                if why == Leaving::Dropped && matches!(outcome, Outcome::Granted) {
-                    let consumed = request.consumes();
-                    self.tally.remove_taken(consumed);
-                    self.return_unseen(consumed, now);
+                if matches!(outcome, Outcome::Granted) && request.consumes() > 0 {
+                    // Read here, not through its future: it is seen, or never will be.
+                    self.unseen.seen_on_leaving();
+                    if why == Leaving::Dropped {
+                        self.return_unseen(id, request, now);
+                    }
                 }
                 Some(outcome)
             }
@@ -334,6 +348,10 @@ impl State {
                     }
                     // It may have been the head that held the others back.
                     self.serve(now);
+                } else {
+                    // Its outcome is on its way and will fail to arrive: a grant is undone
+                    // now (its deliverer settles the count; see `undelivered`).
+                    self.return_unseen(id, request, now);
                 }
                 None
             }
@@ -351,25 +369,15 @@ impl State {
         !self.deliveries.is_empty()
     }
 
-    /// Tokens granted to waiters whose receivers were gone before they could be told:
-    /// they go back to the bucket, as if never taken.
-    pub(crate) fn undelivered(&mut self, tokens: u64, now: u64) {
-        let now = self.serve(now);
-        self.tally.remove_taken(tokens);
-        self.return_unseen(tokens, now);
+    /// `grants` could not be delivered: their waiters had left, and undid them when they
+    /// did (see `leave`). Only the count of unseen grants is left to settle.
+    pub(crate) fn undelivered(&mut self, grants: u64) {
+        self.unseen.undelivered(grants);
     }
 
-    fn deliver_under_lock(&mut self, now: u64) {
-        while !self.deliveries.is_empty() {
-            let owed: u64 = std::mem::take(&mut self.deliveries)
-                .into_iter()
-                .fold(0, |owed: u64, delivery| {
-                    owed.saturating_add(delivery.send())
-                });
-            if owed > 0 {
-                self.undelivered(owed, now);
-            }
-        }
+    fn deliver_under_lock(&mut self) {
+        let undelivered = deliver(&mut self.deliveries);
+        self.undelivered(undelivered);
     }
 
     pub(crate) fn refund(&mut self, tokens: u64, now: u64) {
@@ -381,13 +389,41 @@ impl State {
         self.put_back(tokens, now);
     }
 
-    /// Returns a grant nobody saw and serves whoever it completes. Not capped while
-    /// others wait: the tokens were taken on the schedule for the queue, and the next in
-    /// line may already hold tokens that accrued since, which a cap would throw away.
-    /// `serve` caps once nobody waits.
-    fn return_unseen(&mut self, tokens: u64, now: u64) {
-        self.ledger.give_back(tokens);
+    /// Undoes waiter `id`'s grant, which nobody saw, as if it had never been made (see
+    /// `unseen.rs`), and serves whoever what comes back completes. Nothing comes back for
+    /// a grant not recorded: none was made, or it was forgotten.
+    fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
+        let period = self.rate.period_nanos();
+        let Some(parts) = self.unseen.give_back(id, self.headroom(), period) else {
+            return;
+        };
+        self.tally.remove_taken(request.consumes());
+        self.ledger.give_back_parts(parts, period);
         self.serve(now);
+    }
+
+    /// What the bucket has room for before it is full, in parts of a token.
+    fn headroom(&self) -> u128 {
+        let period = self.rate.period_nanos();
+        u128::from(self.capacity)
+            .saturating_mul(period)
+            .saturating_sub(self.ledger.parts(period))
+    }
+
+    /// Records the headroom just before the headroom jumps up (a take, a raise of the
+    /// capacity, a rate change), while a grant may be unseen.
+    fn note_headroom(&mut self) {
+        if self.unseen.is_active() {
+            let headroom = self.headroom();
+            self.unseen.record(headroom);
+        }
+    }
+
+    #[inline]
+    fn before_take(&mut self, tokens: u64) {
+        if tokens > 0 {
+            self.note_headroom();
+        }
     }
 
     /// Adds refunded tokens, never above the capacity, and serves whoever they complete.
@@ -409,7 +445,12 @@ impl State {
         check_rate(rate)?;
         // Everything up to now accrued at the old rate.
         self.serve(now);
+        self.note_headroom();
         self.ledger.change_rate(self.rate, rate);
+        if self.unseen.is_active() {
+            self.unseen
+                .change_period(self.rate.period_nanos(), rate.period_nanos());
+        }
         self.rate = rate;
         Ok(())
     }
@@ -417,6 +458,7 @@ impl State {
     pub(crate) fn set_capacity(&mut self, capacity: u64, now: u64) -> Result<(), ConfigError> {
         check_capacity(capacity)?;
         let now = self.serve(now);
+        self.note_headroom();
         self.capacity = capacity;
         self.queue.finish_where(|request| {
             (request.tokens > capacity).then_some(Outcome::ExceedsCapacity {
@@ -489,14 +531,25 @@ impl State {
 
     /// Makes `ledger`, read from the fast path's word, the authority.
     pub(crate) fn adopt(&mut self, ledger: Ledger) {
-        debug_assert!(self.queue.is_empty() && !self.closed);
+        debug_assert!(self.queue.is_empty() && !self.closed && !self.unseen.is_active());
         self.ledger = ledger;
     }
 
-    /// The ledger, when the fast path may hold the state instead: nobody waits and the
-    /// bucket is open.
+    /// The ledger, when the fast path may hold the state instead: nobody waits, no grant
+    /// is unseen (takes must be recorded), and the bucket is open.
     pub(crate) fn idle_ledger(&self) -> Option<&Ledger> {
-        (self.queue.is_empty() && !self.closed).then_some(&self.ledger)
+        (self.queue.is_empty() && !self.closed && !self.unseen.is_active()).then_some(&self.ledger)
+    }
+
+    /// Called as the lock is released: adds what this section decided to the count of
+    /// unseen grants, and forgets the record once none is left.
+    #[inline]
+    pub(crate) fn settle_unseen(&mut self, unseen: &Unseen) {
+        if let Some(change) = self.unseen.take_change() {
+            if unseen.settle(change, !self.queue.is_empty()) {
+                self.unseen.forget();
+            }
+        }
     }
 
     pub(crate) fn capacity(&self) -> u64 {
@@ -553,6 +606,15 @@ impl State {
         }
         false
     }
+}
+
+/// Sends `deliveries`, leaving the vector empty. Returns how many grants could not be
+/// delivered: their waiters had left.
+pub(crate) fn deliver(deliveries: &mut Vec<Delivery>) -> u64 {
+    deliveries
+        .drain(..)
+        .map(Delivery::send)
+        .fold(0, |undelivered, owed| undelivered + u64::from(owed > 0))
 }
 
 /// The outcome a waiter leaving for good has been sent, if any, following `Requeued`
@@ -625,9 +687,12 @@ mod tests {
         state.swap_deliveries(&mut in_flight);
         let seen = state.leave(id, &mut receiver, request, Leaving::DeadlinePassed, SECOND);
         assert!(seen.is_none(), "the waiter saw {seen:?}");
-        let owed: u64 = in_flight.into_iter().map(Delivery::send).sum();
-        assert_eq!(owed, 1, "the send must fail once the waiter has left");
-        state.undelivered(owed, SECOND);
+        let undelivered = deliver(&mut in_flight);
+        assert_eq!(
+            undelivered, 1,
+            "the send must fail once the waiter has left"
+        );
+        state.undelivered(undelivered);
         let stats = state.stats(SECOND, NOTHING_COUNTED);
         assert_eq!((stats.available, stats.taken, stats.queued), (1, 0, 0));
     }

@@ -255,8 +255,9 @@ pub struct LimitRead<R> {
 /// waiting for the inner writer, it holds no tokens: they were refunded when the writer
 /// said it was not ready. `write_all` is not cancel safe, for the usual reason: it may have
 /// written part of its buffer. Dropping the wrapper (or calling
-/// [`into_inner`](LimitWrite::into_inner)) gives a granted but unseen `take` back to the
-/// bucket and leaves the queue without taking anything; so does shutting it down.
+/// [`into_inner`](LimitWrite::into_inner)) undoes a granted but unseen `take` (as
+/// [`TokenBucket::take`](crate::TokenBucket::take) says) and leaves the queue without
+/// taking anything; so does shutting it down.
 ///
 /// ```
 /// use token_bucket::{Rate, TokenBucket};
@@ -421,8 +422,9 @@ impl<R> LimitRead<R> {
 }
 
 impl<W> LimitWrite<W> {
-    /// Unwraps the writer. A `take` granted but not yet seen goes back to the bucket; one
-    /// still queued leaves the queue.
+    /// Unwraps the writer. A `take` granted but not yet seen is undone, as
+    /// [`TokenBucket::take`](crate::TokenBucket::take) says; one still queued leaves the
+    /// queue.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -641,7 +643,7 @@ impl Budget {
     }
 
     /// Gives up the `take` in flight: a queued one leaves the queue taking nothing, and
-    /// one granted but not yet seen gives its tokens back (`Take` is cancel safe).
+    /// one granted but not yet seen is undone (`Take` is cancel safe).
     fn cancel(&mut self) {
         self.taking = None;
     }

@@ -341,11 +341,21 @@ impl Supply {
     }
 
     /// The most whole tokens that can become available in `[from, to]`: what the bucket
-    /// held (at most the capacity), what accrued (each stretch of constant rate rounded
-    /// up, which covers the fraction of a token held at `from`) and what was refunded.
+    /// held (at most the capacity, its fraction included), what accrued over the
+    /// stretches of constant rate (exactly, the fractions of all stretches summed before
+    /// rounding down), and what was refunded. A grant dropped unseen adds nothing: it is
+    /// undone as if never made. One allowance: at the nanosecond a waiter takes a full
+    /// bucket, nothing is capped while anyone waits, so the bucket may hold up to one
+    /// nanosecond's accrual above its capacity there.
     fn most_available(&self, from: u64, to: u64) -> u128 {
         let mut tokens = u128::from(self.largest_capacity);
+        // Fractions of a token, summed in floating point: at most 50 stretches, each
+        // below 1, so the error is far below the allowance added to it.
+        let mut fractions = 0.0;
+        let mut allowance: f64 = 0.0;
         for (index, &(start, rate)) in self.rates.iter().enumerate() {
+            let period = u128::from(rate.period);
+            allowance = allowance.max(rate.amount as f64 / period as f64);
             let end = self
                 .rates
                 .get(index + 1)
@@ -353,7 +363,8 @@ impl Supply {
             let (start, end) = (start.max(from), end.min(to));
             if start < end {
                 let parts = u128::from(end - start) * u128::from(rate.amount);
-                tokens += parts.div_ceil(u128::from(rate.period));
+                tokens += parts / period;
+                fractions += (parts % period) as f64 / period as f64;
             }
         }
         let refunded = self
@@ -361,6 +372,7 @@ impl Supply {
             .iter()
             .filter(|&&(at, _)| from <= at && at <= to);
         tokens
+            + (fractions + allowance + 1e-9).floor() as u128
             + refunded
                 .map(|&(_, tokens)| u128::from(tokens))
                 .sum::<u128>()

@@ -24,9 +24,13 @@
 //!   from that instant on. A waiter behind the head whose deadline passes leaves then too
 //!   (its own timer removes it); since nobody behind it could have been served before it
 //!   reached the head, the model removes it when it is next observed.
-//! - A dropped waiter takes nothing; a grant it never saw goes back, and is not capped
-//!   while others wait (it was taken for the queue: capping would lose what accrued for
-//!   the next in line since).
+//! - A dropped waiter takes nothing; a grant it never saw is undone: from the drop on, the
+//!   bucket holds what it would hold had that grant, and every other grant dropped
+//!   unseen, never been made, everything else (takes, refunds, changes, other grants)
+//!   happening at the same instants, and the bucket never holding more than its capacity.
+//!   The model finds it by replaying the whole history without them (see
+//!   [`Model::credit_without`]). A rate change re-expresses what those grants left in the
+//!   bucket in the new rate's parts rounding down, as it does the bucket's own fraction.
 //! - `refund` gives tokens back, capped even while others wait, `set_rate` changes the rate from now on,
 //!   `set_capacity` refuses queued requests above the new capacity and drops tokens above
 //!   it, and `close` refuses everyone queued and everything after.
@@ -138,8 +142,41 @@ pub struct Insufficient {
     pub retry_after_exact: bool,
 }
 
+/// A change to what the bucket holds, other than time passing, kept so that the history
+/// can be replayed without the grants dropped unseen.
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    at: u64,
+    /// What the bucket held just before, in parts.
+    held: u128,
+    change: Change,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// `tokens` taken; `grant` is the request when a queued waiter was granted.
+    Take {
+        tokens: u64,
+        grant: Option<usize>,
+    },
+    Refund {
+        tokens: u64,
+    },
+    Capacity {
+        capacity: u64,
+    },
+    Rate {
+        rate: ModelRate,
+    },
+}
+
 #[derive(Debug, Clone)]
 pub struct Model {
+    setup: Setup,
+    /// Every change to what the bucket holds, in order.
+    history: Vec<Event>,
+    /// Requests whose grant was dropped unseen, undone in the history.
+    undone: Vec<usize>,
     rate: ModelRate,
     capacity: u64,
     queue_limit: Option<u64>,
@@ -160,6 +197,9 @@ pub struct Model {
 impl Model {
     pub fn new(setup: Setup) -> Model {
         Model {
+            setup,
+            history: Vec::new(),
+            undone: Vec::new(),
             rate: setup.rate,
             capacity: setup.capacity,
             queue_limit: setup.queue_limit,
@@ -290,7 +330,7 @@ impl Model {
                 capacity: self.capacity,
             }))
         } else if self.queue.is_empty() && self.tokens() >= tokens {
-            self.consume(tokens);
+            self.consume(tokens, None);
             Ok(())
         } else {
             Err(TryTakeRefusal::Insufficient(Insufficient {
@@ -343,13 +383,18 @@ impl Model {
                 ..
             } => {
                 self.requests[id].status = Status::Dropped;
-                if result.is_ok() {
-                    // Granted but never seen: the tokens go back, and serve whoever is
-                    // next. Nothing is capped while someone waits: the tokens were taken
-                    // for the queue, and capping now would lose those that accrued since.
-                    let given_back = self.requests[id].consumes();
-                    self.counters.taken -= given_back;
-                    self.credit += u128::from(given_back) * u128::from(self.rate.period);
+                let consumed = self.requests[id].consumes();
+                if result.is_ok() && consumed > 0 {
+                    // Granted but never seen: undone. The bucket holds what it would had
+                    // the grant never been made, and serves whoever that completes.
+                    let replayed = self.credit_without(&self.undone);
+                    assert_eq!(
+                        replayed, self.credit,
+                        "the replay must be the bucket so far"
+                    );
+                    self.counters.taken -= consumed;
+                    self.undone.push(id);
+                    self.credit = self.credit_without(&self.undone);
                     self.observe(now);
                 }
             }
@@ -372,6 +417,7 @@ impl Model {
         }
         // Everything up to now accrued at the old rate.
         self.observe(now);
+        self.log(Change::Rate { rate });
         let old = u128::from(self.rate.period);
         let new = u128::from(rate.period);
         let whole = self.credit / old;
@@ -403,6 +449,7 @@ impl Model {
             self.finish(id, Err(refusal), now, Decider::Call);
         }
         self.on_queue_shrunk();
+        self.log(Change::Capacity { capacity });
         self.cap();
         self.observe(now);
         Ok(())
@@ -415,6 +462,69 @@ impl Model {
             self.finish(id, Err(TakeError::Closed), now, Decider::Call);
         }
         self.on_queue_shrunk();
+    }
+
+    /// What the bucket holds now (the model has observed it at `self.at`) had the grants
+    /// of `undone` never been made: the history replayed from the start without them.
+    /// The bucket never holds more than its capacity, or than it really held where that
+    /// was more: a waiter taking a full bucket at the nanosecond it fills leaves the part
+    /// of a token that nanosecond added beyond it, since nothing is capped while anyone
+    /// waits. At a rate change the difference from what it really held is re-expressed in
+    /// the new rate's parts, rounded down.
+    fn credit_without(&self, undone: &[usize]) -> u128 {
+        let mut rate = self.setup.rate;
+        let mut capacity = self.setup.capacity;
+        let mut credit = u128::from(self.setup.initial) * u128::from(rate.period);
+        let mut at = 0;
+        let full = |capacity: u64, rate: ModelRate| u128::from(capacity) * u128::from(rate.period);
+        let end = Event {
+            at: self.at,
+            held: self.credit,
+            change: Change::Take {
+                tokens: 0,
+                grant: None,
+            },
+        };
+        for &Event {
+            at: when,
+            held,
+            change,
+        } in self.history.iter().chain([&end])
+        {
+            credit += u128::from(when - at) * u128::from(rate.amount);
+            credit = credit.min(full(capacity, rate).max(held));
+            at = when;
+            match change {
+                Change::Take { tokens, grant } => {
+                    if !grant.is_some_and(|id| undone.contains(&id)) {
+                        credit -= u128::from(tokens) * u128::from(rate.period);
+                    }
+                }
+                Change::Refund { tokens } => {
+                    credit += u128::from(tokens) * u128::from(rate.period);
+                    credit = credit.min(full(capacity, rate));
+                }
+                Change::Capacity { capacity: changed } => {
+                    capacity = changed;
+                    credit = credit.min(full(capacity, rate));
+                }
+                Change::Rate { rate: changed } => {
+                    let (old, new) = (u128::from(rate.period), u128::from(changed.period));
+                    let extra = credit - held;
+                    credit = held / old * new + held % old * new / old + extra * new / old;
+                    rate = changed;
+                }
+            }
+        }
+        credit
+    }
+
+    fn log(&mut self, change: Change) {
+        self.history.push(Event {
+            at: self.at,
+            held: self.credit,
+            change,
+        });
     }
 
     // ----- Time ------------------------------------------------------------------------
@@ -445,7 +555,7 @@ impl Model {
             }
             self.accrue(ready);
             self.queue.pop_front();
-            self.consume(consumes);
+            self.consume(consumes, Some(head));
             self.finish(head, Ok(()), ready, Decider::Schedule);
         }
         let expired: Vec<usize> = self
@@ -495,7 +605,10 @@ impl Model {
         u64::try_from(self.credit / u128::from(self.rate.period)).expect("tokens fit in u64")
     }
 
-    fn consume(&mut self, tokens: u64) {
+    fn consume(&mut self, tokens: u64, grant: Option<usize>) {
+        if tokens > 0 {
+            self.log(Change::Take { tokens, grant });
+        }
         self.credit -= u128::from(tokens) * u128::from(self.rate.period);
         self.counters.taken += tokens;
     }
@@ -508,6 +621,7 @@ impl Model {
     /// Tokens refunded at `now`: capped even with waiters queued (a refund never makes a
     /// burst larger than the capacity), then served.
     fn refill_by_refund(&mut self, tokens: u64, now: u64) {
+        self.log(Change::Refund { tokens });
         self.credit += u128::from(tokens) * u128::from(self.rate.period);
         self.cap();
         self.observe(now);
@@ -535,7 +649,7 @@ impl Model {
         }
         if self.queue.is_empty() && self.tokens() >= tokens {
             if kind == Kind::Take {
-                self.consume(tokens);
+                self.consume(tokens, None);
             }
             return Some(Ok(()));
         }
