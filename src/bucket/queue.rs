@@ -249,6 +249,14 @@ impl WaiterQueue {
         Some(sender)
     }
 
+    /// The live requests, first in line first.
+    pub(crate) fn requests(&self) -> impl Iterator<Item = Request> + '_ {
+        self.entries
+            .iter()
+            .filter(|entry| entry.sender.is_some())
+            .map(|entry| entry.request)
+    }
+
     /// Tells every live waiter whose request `matches` its outcome, and removes it.
     /// O(n): for rare events (closing, lowering the capacity).
     pub(crate) fn finish_where(&mut self, mut matches: impl FnMut(&Request) -> Option<Outcome>) {
