@@ -1011,7 +1011,7 @@ impl TokenBucket {
     /// A new, full bucket with this one's limits and queue limit.
     pub(crate) fn fresh_full(&self) -> TokenBucket {
         let queue_limit = self.shared.queue_limit;
-        let settings = if self.shared.limits == 1 {
+        let settings = if self.limit_count() == 1 {
             // Without the lock, which an idle bucket's word spares.
             Settings {
                 rate: self.rate(),
@@ -1027,6 +1027,11 @@ impl TokenBucket {
         };
         TokenBucket::from_settings(settings)
             .expect("a live bucket's settings passed validation when it was made")
+    }
+
+    /// How many limits the bucket has.
+    pub(crate) fn limit_count(&self) -> usize {
+        self.shared.limits
     }
 
     /// The shared state, for tests to drive the refill task's own code.
