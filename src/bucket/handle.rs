@@ -107,8 +107,11 @@ impl Shared {
     /// poisoning is ignored.
     pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ledger) = self.fast.seize(now, state.rate()) {
-            state.adopt(ledger);
+        // A bucket of several limits never hands the word its state: nothing to seize.
+        if self.limits == 1 {
+            if let Some(ledger) = self.fast.seize(now, state.rate()) {
+                state.adopt(ledger);
+            }
         }
         Locked {
             fast: &self.fast,
@@ -934,16 +937,17 @@ impl TokenBucket {
         if served_now {
             return Ok(None);
         }
-        self.begin_locked(request)
+        self.begin_locked(request, now)
     }
 
     /// `begin` when the word sends the request to the lock: to be served, refused or
     /// queued there. Out of line, as `try_take_locked` is.
     #[inline(never)]
-    fn begin_locked(&self, request: Request) -> Result<Option<Queued>, TakeError> {
+    fn begin_locked(&self, request: Request, now: u64) -> Result<Option<Queued>, TakeError> {
         let mut timer_checked = false;
+        let mut now = now;
         loop {
-            let begun = self.update(|state, now| {
+            let begun = self.update_at(now, |state, now| {
                 if state.admit(request, now)? == Admission::Granted {
                     return Ok(Begun::Granted);
                 }
@@ -967,6 +971,7 @@ impl TokenBucket {
                     // other waiters. Then decide again, as the bucket may have moved on.
                     clock::require_timer();
                     timer_checked = true;
+                    now = self.shared.clock.now();
                 }
             }
         }
