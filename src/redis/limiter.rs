@@ -12,7 +12,7 @@ use super::algorithm::RedisAlgorithm;
 use super::error::RedisLimitError;
 use super::jitter::Jitter;
 use super::policy::{FailurePolicy, RedisOptions};
-use super::scripts::{self, Decision};
+use super::scripts::{self, Decision, KeyCall};
 use crate::error::ConfigError;
 
 /// A keyed rate limiter whose state lives in Redis, shared by every process that uses
@@ -146,10 +146,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         }
         let redis_key = self.redis_key(key);
         let call = scripts::decide(
-            shared.algorithm.script(),
             shared.connection.clone(),
-            redis_key.as_bytes(),
-            shared.algorithm.arguments(permits),
+            [KeyCall {
+                key: &redis_key,
+                tag: A::TAG,
+                arguments: shared.algorithm.arguments(permits),
+            }]
+            .into_iter(),
         );
         let timeout = shared.options.timeout();
         match tokio::time::timeout(timeout, call).await {

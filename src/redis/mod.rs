@@ -34,9 +34,10 @@
 //! Redis 7.0.
 //!
 //! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key:
-//!   read the state, decide, write it back, set the key's expiry. Scripts are called by
-//!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a
-//!   `SCRIPT FLUSH`) the script is loaded and called again.
+//!   read the state, decide, and only if it grants, write it back and set the key's
+//!   expiry (a refusal writes nothing). Scripts are called by their SHA-1 hash
+//!   (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`)
+//!   the script is loaded and called again.
 //! - **The server's clock.** Time is read inside the script with Redis's `TIME`, never
 //!   sent by the client, so application servers whose clocks disagree, by milliseconds or
 //!   by minutes, share one schedule and cannot over-issue. A server clock that steps back
