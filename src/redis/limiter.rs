@@ -173,8 +173,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// How many requests were allowed without a decision from Redis, under
     /// [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen), since the limiter was
-    /// made (clones share the count).
-    /// Worth exporting as a metric: while it grows, nothing is limited.
+    /// made (clones share the count); a [`RedisAll`](super::RedisAll) that fails open
+    /// counts here too, once a decision, for each of its members' limiters. Worth
+    /// exporting as a metric: while it grows, nothing is limited.
     ///
     /// ```no_run
     /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
