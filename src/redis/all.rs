@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::algorithm::RedisAlgorithm;
+use super::connection::RedisConnection;
 use super::decision::{Member, Part, Plan};
 use super::error::RedisLimitError;
 use super::policy::{FailurePolicy, RedisOptions};
@@ -74,7 +75,7 @@ impl fmt::Debug for RedisMember {
     }
 }
 
-impl<A: RedisAlgorithm> RedisLimiter<A> {
+impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// This limiter on `key`, as one member of a decision over several limits: see
     /// [`all`]. Its Redis key is [`redis_key(key)`](Self::redis_key); on Redis Cluster,
     /// give every member's key the same hash tag, such as `{user-42}`.
