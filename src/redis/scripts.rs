@@ -138,16 +138,40 @@ impl ScriptCall {
     /// not run it yet). The text is then sent with `EVAL`, which runs it and keeps it, on
     /// the node that answered: routed by the keys like `EVALSHA`, not loaded on every
     /// node as `SCRIPT LOAD` would be on a cluster (where one node down would fail it).
+    ///
+    /// A call that comes back redirected (`ASK`, `MOVED`) or told to try again
+    /// (`TRYAGAIN`) was not run, so it is made again, a little later each time (from
+    /// 1 ms, doubling, up to [`LONGEST_PAUSE`]): after `ASK` or `TRYAGAIN`, which last only
+    /// while a slot migrates, until the caller's timeout ends it; after `MOVED`, up to
+    /// [`MOVED_TRIES`] times in all. A cluster connection follows redirections itself, but
+    /// can run out of its own retries during a slot migration: under concurrent traffic
+    /// on one connection, another request can come between its `ASKING` and the command
+    /// it was for, which the target then answers with `MOVED`, back to the source.
     pub(crate) async fn run<C: ConnectionLike>(self, mut connection: C) -> RedisResult<Decision> {
+        let mut pause = Duration::from_millis(1);
+        let mut moved = 0;
+        loop {
+            match self.run_once(&mut connection).await {
+                Err(error) if again(&error, &mut moved) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+                decided => return decided,
+            }
+        }
+    }
+
+    /// One try of [`run`](Self::run).
+    async fn run_once<C: ConnectionLike>(&self, connection: &mut C) -> RedisResult<Decision> {
         let by_hash = self
             .command("EVALSHA", &self.script.hash)
-            .query_async(&mut connection)
+            .query_async(connection)
             .await;
         // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
         let (granted, retry_after_ms): (u64, u64) = match by_hash {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.command("EVAL", &self.script.text)
-                    .query_async(&mut connection)
+                    .query_async(connection)
                     .await?
             }
             reply => reply?,
@@ -159,6 +183,31 @@ impl ScriptCall {
                 retry_after: Duration::from_millis(retry_after_ms),
             }
         })
+    }
+}
+
+/// The longest pause of [`ScriptCall::run`] between two tries of a call not run.
+const LONGEST_PAUSE: Duration = Duration::from_millis(16);
+
+/// How many times [`ScriptCall::run`] tries a call that keeps coming back `MOVED`: not
+/// more, so that a connection that can never follow it (a single server's, to one node
+/// of a cluster) gets its `MOVED` back within 15 ms, as
+/// [`RedisLimitError::Unavailable`], rather than waiting out its timeout.
+///
+/// [`RedisLimitError::Unavailable`]: super::RedisLimitError::Unavailable
+const MOVED_TRIES: u32 = 5;
+
+/// Whether `error` says the script was not run, and it should be tried again: sent on
+/// by `ASK` or told `TRYAGAIN` (its slot is migrating), or sent on by `MOVED`, `moved`
+/// counting the tries that were.
+fn again(error: &::redis::RedisError, moved: &mut u32) -> bool {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask | ServerErrorKind::TryAgain) => true,
+        ErrorKind::Server(ServerErrorKind::Moved) => {
+            *moved += 1;
+            *moved < MOVED_TRIES
+        }
+        _ => false,
     }
 }
 
