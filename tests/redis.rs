@@ -10,6 +10,10 @@
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
+// The same on a Redis Cluster.
+#[path = "redis/cluster.rs"]
+mod cluster;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -1296,6 +1300,26 @@ async fn all_loads_its_script_once_and_again_after_a_flush() {
     assert!(is_limited(log.try_acquire("user", 1).await));
 }
 
+/// A token bucket and a fixed window of 5 an hour, with `options`.
+fn bucket_and_window<C: RedisConnection>(
+    connection: C,
+    options: RedisOptions,
+) -> (RedisTokenBucket<C>, RedisFixedWindow<C>) {
+    let bucket = RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, options.clone());
+    let window = RedisFixedWindow::new(connection, 5, HOUR, options);
+    (bucket.unwrap(), window.unwrap())
+}
+
+/// Asks `limits` for a permit, which Redis must refuse for keys of several slots.
+async fn refused_cross_slot(limits: &RedisAll) -> RedisLimitError {
+    let error = limits.try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::CrossSlot { .. }),
+        "{error:?}"
+    );
+    error
+}
+
 /// The hash slot Redis gives `key`.
 async fn key_slot(connection: &mut ConnectionManager, key: &str) -> u16 {
     driver::cmd("CLUSTER")
@@ -1346,14 +1370,8 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         key_slot(&mut admin, &bucket.redis_key("user-42")).await,
         key_slot(&mut admin, &window.redis_key("user-42")).await
     );
-    let error = all([bucket.member("user-42"), window.member("user-42")])
-        .try_acquire(1)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(error, RedisLimitError::CrossSlot { .. }),
-        "{error:?}"
-    );
+    let error =
+        refused_cross_slot(&all([bucket.member("user-42"), window.member("user-42")])).await;
     let text = error.to_string();
     assert!(
         text.contains("hash tag") && text.contains("same slot"),
@@ -1370,19 +1388,8 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
     assert_eq!(bucket.fail_open_count() + window.fail_open_count(), 0);
 
     // A brace in the prefix is taken for the start of the tag, and the key's tag is lost.
-    let braced = |prefix: &str| {
-        (
-            RedisTokenBucket::new(
-                connection.clone(),
-                Rate::per_hour(1),
-                5,
-                fail_open().with_prefix(prefix),
-            )
-            .unwrap(),
-            RedisFixedWindow::new(connection.clone(), 5, HOUR, fail_open().with_prefix(prefix))
-                .unwrap(),
-        )
-    };
+    let braced =
+        |prefix: &str| bucket_and_window(connection.clone(), fail_open().with_prefix(prefix));
     let (bucket, window) = braced("limits{");
     assert!(matches!(
         all([bucket.member("{user-42}"), window.member("{user-42}")])
@@ -1396,4 +1403,90 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         .try_acquire(1)
         .await
         .unwrap();
+}
+
+/// Set for the process that [`start_a_server_and_wait_to_be_killed`] runs in.
+const ORPHAN_HELPER: &str = "TOKEN_BUCKET_TEST_ORPHAN_HELPER";
+
+/// Run only by [`a_server_left_by_a_killed_test_process_is_stopped_at_the_next_start`],
+/// in a process of its own: starts a server, says which, and waits to be killed.
+#[test]
+#[ignore = "a helper that another test runs in a process of its own"]
+fn start_a_server_and_wait_to_be_killed() {
+    if std::env::var_os(ORPHAN_HELPER).is_none() {
+        return;
+    }
+    let server = RedisServer::start();
+    println!("server {} {}", server.pid().unwrap(), server.port());
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Whether process `pid` runs (and is not a zombie waiting to be reaped).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_server_left_by_a_killed_test_process_is_stopped_at_the_next_start() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "start_a_server_and_wait_to_be_killed",
+            "--exact",
+            "--ignored",
+        ])
+        .arg("--nocapture")
+        .env(ORPHAN_HELPER, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = BufReader::new(helper.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|line| {
+            let (pid, port) = line.strip_prefix("server ")?.split_once(' ')?;
+            Some((pid.parse::<u32>().ok()?, port.parse::<u16>().ok()?))
+        });
+    let (pid, port) = said.expect("the helper started a server");
+    // Killed at once: no destructor runs, so the server outlives its test process.
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    assert!(runs(pid), "the server went with its test process");
+    assert!(redis_server::registry().join(pid.to_string()).exists());
+
+    // What every test process does once, before it starts its first server.
+    redis_server::stop_orphans();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the orphan on port {port} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!redis_server::registry().join(pid.to_string()).exists());
+    // The servers of processes that still run, this one's among them, are left alone.
+    let mine = RedisServer::start();
+    redis_server::stop_orphans();
+    assert!(runs(mine.pid().unwrap()));
+}
+
+#[test]
+fn a_server_is_stopped_when_its_test_panics() {
+    let pid = std::sync::Mutex::new(None);
+    let failed = std::panic::catch_unwind(|| {
+        let server = RedisServer::start();
+        *pid.lock().unwrap() = server.pid();
+        panic!("a test that fails while its server runs");
+    });
+    assert!(failed.is_err());
+    let pid = pid.into_inner().unwrap().unwrap();
+    assert!(!runs(pid));
+    assert!(!redis_server::registry().join(pid.to_string()).exists());
 }
