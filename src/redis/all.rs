@@ -202,10 +202,13 @@ pub struct RedisAll {
 /// key of its limiters in one slot, and so on one node.) A single Redis server, with or
 /// without replicas, has no slots and none of these constraints.
 ///
-/// The limiters' [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to
-/// one server and does not follow a cluster's `MOVED` redirections, for the single
-/// limiters as for this: on a cluster of several shards, reach it through one endpoint
-/// that routes by slot.
+/// On a cluster of several masters, make the first member's limiter over a
+/// [`ClusterConnection`](super::driver::cluster_async::ClusterConnection), which sends
+/// the script to the master of the keys' slot (see
+/// [Redis Cluster](super#redis-cluster)); a
+/// [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to one node only.
+/// While the keys' slot migrates, a decision whose keys are split between the two nodes
+/// is told `TRYAGAIN`, and made again until the timeout.
 ///
 /// An empty `members` makes a `RedisAll` that refuses every request with
 /// [`RedisLimitError::NoMembers`], whatever the policy.

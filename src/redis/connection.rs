@@ -16,7 +16,8 @@
 /// - [`ClusterConnection`](super::driver::cluster_async::ClusterConnection) (Redis
 ///   Cluster; the `redis` crate's `cluster-async` feature, which this crate turns on).
 ///   Each script goes to the master of its keys' hash slot, and the connection
-///   follows the cluster's `MOVED` and `ASK` redirections itself.
+///   follows the cluster's `MOVED` and `ASK` redirections itself: see
+///   [Redis Cluster](super#redis-cluster).
 ///
 /// ```
 /// use token_bucket::redis::driver::aio::{ConnectionManager, MultiplexedConnection};
