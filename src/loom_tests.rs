@@ -12,7 +12,7 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Context;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::task::noop_waker_ref;
@@ -121,11 +121,41 @@ fn queued_take(bucket: &TokenBucket, tokens: u64) -> Take {
     take
 }
 
+/// Polls `inner` once more as soon as its first poll is pending, by the same task: that
+/// second poll finds its waker registered and reads the outcome without the lock.
+struct PolledTwice<F> {
+    inner: F,
+    polls: usize,
+}
+
+impl<F: Future + Unpin> Future for PolledTwice<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let polled = Pin::new(&mut self.inner).poll(cx);
+        self.polls += 1;
+        if polled.is_pending() && self.polls == 1 {
+            cx.waker().wake_by_ref();
+        }
+        polled
+    }
+}
+
 /// What the refill task does when it wakes: serve at the current instant, then deliver
 /// the outcomes after releasing the lock.
 fn refill_wakes(bucket: &TokenBucket) {
     let mut wakers = Vec::new();
     refill::serve_and_plan(&Arc::downgrade(bucket.shared()), &mut wakers);
+}
+
+/// A bucket of 1, empty at 0, with a `take(1)` queued; the clock at 1 s, when its token
+/// accrues, and the refill task waking on another thread to grant it.
+fn queued_as_the_refill_task_grants() -> (TokenBucket, Take, thread::JoinHandle<()>) {
+    let bucket = bucket(1, 0);
+    let waiter = queued_take(&bucket, 1);
+    set_time(SECOND);
+    let refill = on_thread(&bucket, refill_wakes);
+    (bucket, waiter, refill)
 }
 
 /// Token accounting: two threads race `try_take` for the one token there. Exactly one
@@ -195,13 +225,47 @@ fn loom_a_newcomer_at_the_instant_a_token_accrues_never_jumps_the_queue() {
 #[test]
 fn loom_a_waiter_dropped_while_granted_gives_the_token_back() {
     model(|| {
-        let bucket = bucket(1, 0);
-        let waiter = queued_take(&bucket, 1);
-        set_time(SECOND);
-        let refill = on_thread(&bucket, refill_wakes);
+        let (bucket, waiter, refill) = queued_as_the_refill_task_grants();
         drop(waiter);
         refill.join().unwrap();
         assert_handed_back(&bucket, SECOND, 0, 1);
+    });
+}
+
+/// The new wake path: a waiter polled pending (once under the lock, registering its
+/// waker, then once more without it, finding that waker registered) races the refill
+/// task's grant and wake-up. However they interleave, the waiter is woken and reads its
+/// grant (a lost wake-up would leave it parked, which loom reports), and once it has the
+/// word is handed back.
+#[test]
+fn loom_a_waiter_polled_pending_racing_its_grant_is_woken() {
+    model(|| {
+        let (bucket, waiter, refill) = queued_as_the_refill_task_grants();
+        let result = block_on(PolledTwice {
+            inner: waiter,
+            polls: 0,
+        });
+        assert_eq!(result, Ok(()));
+        refill.join().unwrap();
+        assert_handed_back(&bucket, SECOND, 1, 0);
+    });
+}
+
+/// A waiter polled (under the lock, then without it) and then dropped, racing its grant:
+/// it either read the grant and keeps the token, or its drop undoes the grant; the books
+/// balance and the word is handed back either way.
+#[test]
+fn loom_a_waiter_polled_then_dropped_racing_its_grant_keeps_the_books() {
+    model(|| {
+        let (bucket, mut waiter, refill) = queued_as_the_refill_task_grants();
+        let mut cx = Context::from_waker(noop_waker_ref());
+        let first = Pin::new(&mut waiter).poll(&mut cx);
+        let second = Pin::new(&mut waiter).poll(&mut cx);
+        let granted = [first, second].contains(&Poll::Ready(Ok(())));
+        drop(waiter);
+        refill.join().unwrap();
+        let taken = u64::from(granted);
+        assert_handed_back(&bucket, SECOND, taken, 1 - taken);
     });
 }
 
