@@ -10,6 +10,7 @@
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -19,8 +20,8 @@ use redis_server::RedisServer;
 use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    FailurePolicy, RedisAlgorithm, RedisFixedWindow, RedisLimitError, RedisLimiter, RedisOptions,
-    RedisSlidingLog, RedisTokenBucket,
+    all, FailurePolicy, RedisAlgorithm, RedisAll, RedisFixedWindow, RedisLimitError, RedisLimiter,
+    RedisOptions, RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::{ConfigError, Rate, TokenBucket};
 
@@ -38,6 +39,11 @@ async fn connect(server: &RedisServer) -> ConnectionManager {
     ConnectionManager::new_with_config(client, manager_config())
         .await
         .expect("connect to the test's redis-server")
+}
+
+/// The URL of a port where a server ran and is gone.
+fn gone_url() -> String {
+    RedisServer::start().url()
 }
 
 /// A manager for `url` that connects on first use, for servers that are not there.
@@ -117,16 +123,19 @@ async fn two_instances_on_one_key_never_grant_more_than_the_limit_together() {
     two_instances_share_one_limit("sliding log", hourly_log).await;
 }
 
-async fn thirty_two_tasks_share_one_limit<A: RedisAlgorithm>(kind: &str, make: Maker<A>) {
-    let server = RedisServer::start();
-    let limiter = make(connect(&server).await, 100);
+/// 32 tasks at once, each calling `try_once` 5 times: the 160 results.
+async fn thirty_two_tasks_try_five_times<F, T>(try_once: F) -> Vec<Result<(), RedisLimitError>>
+where
+    F: Fn() -> T + Clone + Send + 'static,
+    T: Future<Output = Result<(), RedisLimitError>> + Send,
+{
     let tasks: Vec<_> = (0..32)
         .map(|_| {
-            let limiter = limiter.clone();
+            let try_once = try_once.clone();
             tokio::spawn(async move {
                 let mut results = Vec::new();
                 for _ in 0..5 {
-                    results.push(limiter.try_acquire("shared", 1).await);
+                    results.push(try_once().await);
                 }
                 results
             })
@@ -137,6 +146,17 @@ async fn thirty_two_tasks_share_one_limit<A: RedisAlgorithm>(kind: &str, make: M
         results.extend(task.await.unwrap());
     }
     assert_eq!(results.len(), 160);
+    results
+}
+
+async fn thirty_two_tasks_share_one_limit<A: RedisAlgorithm>(kind: &str, make: Maker<A>) {
+    let server = RedisServer::start();
+    let limiter = make(connect(&server).await, 100);
+    let results = thirty_two_tasks_try_five_times(move || {
+        let limiter = limiter.clone();
+        async move { limiter.try_acquire("shared", 1).await }
+    })
+    .await;
     assert_eq!(count_grants(&results), 100, "{kind}");
 }
 
@@ -589,11 +609,7 @@ fn run_one_server(url: &str, skew: Duration, phase: &Barrier) -> Outcome {
 
 #[tokio::test]
 async fn an_unreachable_redis_gives_clear_errors() {
-    // A port where a server ran and is gone.
-    let url = {
-        let server = RedisServer::start();
-        server.url()
-    };
+    let url = gone_url();
     // No retries: the refusal of the connection comes back at once.
     let config = ConnectionManagerConfig::new().set_number_of_retries(0);
     let closed =
@@ -739,6 +755,26 @@ async fn info_field(connection: &mut ConnectionManager, section: &str, field: &s
         .to_owned()
 }
 
+/// How many scripts Redis holds, and how many times one was loaded.
+async fn scripts_held_and_loads(admin: &mut ConnectionManager) -> (String, String) {
+    let held = info_field(admin, "memory", "number_of_cached_scripts").await;
+    let loads = info_field(admin, "commandstats", "cmdstat_script|load").await;
+    let loads = loads
+        .strip_prefix("calls=")
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no calls in {loads}"))
+        .to_owned();
+    (held, loads)
+}
+
+async fn flush_scripts(admin: &mut ConnectionManager) {
+    driver::cmd("SCRIPT")
+        .arg("FLUSH")
+        .exec_async(admin)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn scripts_are_loaded_once_called_by_hash_and_reloaded_after_a_flush() {
     let server = RedisServer::start();
@@ -747,28 +783,20 @@ async fn scripts_are_loaded_once_called_by_hash_and_reloaded_after_a_flush() {
     for _ in 0..5 {
         limiter.try_acquire("user", 1).await.unwrap();
     }
-    assert_eq!(
-        info_field(&mut admin, "memory", "number_of_cached_scripts").await,
-        "1"
-    );
     // Loaded once (after the first EVALSHA met NOSCRIPT), then only called by hash.
-    let loads = info_field(&mut admin, "commandstats", "cmdstat_script|load").await;
-    assert!(loads.starts_with("calls=1,"), "{loads}");
+    assert_eq!(
+        scripts_held_and_loads(&mut admin).await,
+        ("1".into(), "1".into())
+    );
     let calls = info_field(&mut admin, "commandstats", "cmdstat_evalsha").await;
     assert!(calls.starts_with("calls=6,"), "{calls}");
 
-    driver::cmd("SCRIPT")
-        .arg("FLUSH")
-        .exec_async(&mut admin)
-        .await
-        .unwrap();
+    flush_scripts(&mut admin).await;
     limiter.try_acquire("user", 1).await.unwrap();
     assert_eq!(
-        info_field(&mut admin, "memory", "number_of_cached_scripts").await,
-        "1"
+        scripts_held_and_loads(&mut admin).await,
+        ("1".into(), "2".into())
     );
-    let loads = info_field(&mut admin, "commandstats", "cmdstat_script|load").await;
-    assert!(loads.starts_with("calls=2,"), "{loads}");
     // The flush lost no state: 6 of 100 tokens are gone.
     limiter.try_acquire("user", 94).await.unwrap();
     assert!(matches!(
@@ -845,5 +873,475 @@ fn the_futures_are_send() {
         let limiter = RedisFixedWindow::new(connection, 5, HOUR, fail_open()).unwrap();
         assert_send(&limiter.try_acquire("user", 1));
         assert_send(&limiter.acquire("user", 1));
+        let limits = all([limiter.member("user")]);
+        assert_send(&limits.try_acquire(1));
+        assert_send(&limits.acquire(1));
+        // Members own their limiters: a decision can be moved into a task of its own.
+        let task = tokio::spawn(async move { limits.try_acquire(0).await });
+        task.await.unwrap().unwrap();
     });
+}
+
+// Several limits, one decision: `redis::all` (issue 14, part 3).
+
+/// How long `limits` tells `permits` to wait.
+async fn all_wait_for(limits: &RedisAll, permits: u64) -> Duration {
+    match limits.try_acquire(permits).await {
+        Err(RedisLimitError::Limited { retry_after }) => retry_after,
+        other => panic!("expected Limited, got {other:?}"),
+    }
+}
+
+fn is_limited(result: Result<(), RedisLimitError>) -> bool {
+    matches!(result, Err(RedisLimitError::Limited { .. }))
+}
+
+#[tokio::test]
+async fn all_takes_from_every_member_or_from_none() {
+    let server = RedisServer::start();
+    let connection = connect(&server).await;
+    let mut admin = connect(&server).await;
+    // Three algorithms in one decision.
+    let bucket = hourly_bucket(connection.clone(), 5);
+    let window = hourly_window(connection.clone(), 1);
+    let log = hourly_log(connection, 3);
+    let members = |key: &str| [bucket.member(key), window.member(key), log.member(key)];
+    all(members("user")).try_acquire(1).await.unwrap();
+    // The window is spent: every later decision refuses, and takes nothing anywhere.
+    for _ in 0..5 {
+        assert!(is_limited(all(members("user")).try_acquire(1).await));
+    }
+    bucket.try_acquire("user", 4).await.unwrap();
+    assert!(is_limited(bucket.try_acquire("user", 1).await));
+    log.try_acquire("user", 2).await.unwrap();
+    assert!(is_limited(log.try_acquire("user", 1).await));
+
+    // A member that allows, beside one that refuses, is not even written: afterwards it
+    // still admits its whole burst.
+    let fresh = bucket.member("fresh");
+    assert!(is_limited(
+        all([fresh.clone(), window.member("user")])
+            .try_acquire(1)
+            .await
+    ));
+    assert!(is_limited(
+        all([window.member("user"), fresh.clone()])
+            .try_acquire(1)
+            .await
+    ));
+    assert!(!exists(&mut admin, fresh.redis_key()).await);
+    bucket.try_acquire("fresh", 5).await.unwrap();
+}
+
+#[tokio::test]
+async fn all_waits_for_the_latest_refusal_and_that_is_enough() {
+    let server = RedisServer::start();
+    let connection = connect(&server).await;
+    // Once spent: the bucket gives one back after 1 s, the log after 2 s, the window after
+    // 3 s (long enough that none comes back while the test asks, even on a loaded machine).
+    let bucket = RedisTokenBucket::new(
+        connection.clone(),
+        Rate::new(3, Duration::from_secs(3)),
+        3,
+        fail_closed(),
+    )
+    .unwrap();
+    let window =
+        RedisFixedWindow::new(connection.clone(), 2, Duration::from_secs(3), fail_closed())
+            .unwrap();
+    let log = RedisSlidingLog::new(connection, 2, Duration::from_secs(2), fail_closed()).unwrap();
+    bucket.try_acquire("k", 3).await.unwrap();
+    window.try_acquire("k", 2).await.unwrap();
+    log.try_acquire("k", 2).await.unwrap();
+
+    for limits in [
+        all([bucket.member("k"), window.member("k"), log.member("k")]),
+        all([log.member("k"), window.member("k"), bucket.member("k")]),
+    ] {
+        let start = Instant::now();
+        let latest = all_wait_for(&limits, 1).await;
+        // Each member's own wait, asked later, is no longer; the longest is the window's,
+        // shorter only by the time that passed since.
+        let own = [
+            wait_for(&bucket, "k", 1).await,
+            wait_for(&window, "k", 1).await,
+            wait_for(&log, "k", 1).await,
+        ];
+        let passed = start.elapsed();
+        assert!(own.iter().all(|&wait| wait <= latest), "{own:?} {latest:?}");
+        assert!(
+            latest <= own[1] + passed + Duration::from_millis(1),
+            "{own:?} {latest:?}"
+        );
+        assert!(
+            latest > Duration::from_secs(2) && latest <= Duration::from_secs(3),
+            "{latest:?}"
+        );
+    }
+    // Waiting that long is enough for all of them at once.
+    let limits = all([bucket.member("k"), window.member("k"), log.member("k")]);
+    let wait = all_wait_for(&limits, 1).await;
+    tokio::time::sleep(wait).await;
+    limits
+        .try_acquire(1)
+        .await
+        .unwrap_or_else(|error| panic!("after waiting {wait:?}: {error}"));
+
+    // Over hours, exact to the millisecond: an hour for the bucket beats a second's window.
+    let bucket = hourly_bucket(connect(&server).await, 1);
+    let window = RedisFixedWindow::new(
+        connect(&server).await,
+        1,
+        Duration::from_secs(1),
+        fail_closed(),
+    )
+    .unwrap();
+    bucket.try_acquire("h", 1).await.unwrap();
+    window.try_acquire("h", 1).await.unwrap();
+    let wait = all_wait_for(&all([window.member("h"), bucket.member("h")]), 1).await;
+    assert!(
+        wait <= HOUR && wait > HOUR - Duration::from_secs(5),
+        "{wait:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_key_named_twice_counts_twice() {
+    let server = RedisServer::start();
+    let bucket = hourly_bucket(connect(&server).await, 10);
+    let twice = all([bucket.member("k"), bucket.member("k")]);
+    twice.try_acquire(3).await.unwrap();
+    // 6 taken: 4 left.
+    bucket.try_acquire("k", 4).await.unwrap();
+    assert!(is_limited(bucket.try_acquire("k", 1).await));
+    // Nothing left: one permit named twice waits for two tokens, two hours.
+    let wait = all_wait_for(&twice, 1).await;
+    assert!(
+        wait <= HOUR * 2 && wait > HOUR * 2 - Duration::from_secs(5),
+        "{wait:?}"
+    );
+    // Twice 6 can never fit in 10: refused at once, naming the sum.
+    let error = all([bucket.member("j"), bucket.clone().member("j")])
+        .try_acquire(6)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RedisLimitError::ExceedsLimit {
+                requested: 12,
+                limit: 10
+            }
+        ),
+        "{error:?}"
+    );
+    // Through a clone it is the same key: 5 + 5 take all of j's 10.
+    all([bucket.member("j"), bucket.clone().member("j")])
+        .try_acquire(5)
+        .await
+        .unwrap();
+    assert!(is_limited(bucket.try_acquire("j", 1).await));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_through_all_never_exceed_any_member() {
+    let server = RedisServer::start();
+    let connection = connect(&server).await;
+    let bucket = hourly_bucket(connection.clone(), 40);
+    let window = hourly_window(connection.clone(), 30);
+    let log = hourly_log(connection, 25);
+    let (each_bucket, each_window, each_log) = (bucket.clone(), window.clone(), log.clone());
+    let results = thirty_two_tasks_try_five_times(move || {
+        // Made per request, as a server would.
+        let limits = all([
+            each_bucket.member("shared"),
+            each_window.member("shared"),
+            each_log.member("shared"),
+        ]);
+        async move { limits.try_acquire(1).await }
+    })
+    .await;
+    // The smallest limit bounds them all, and each member gave exactly that many.
+    assert_eq!(count_grants(&results), 25);
+    bucket.try_acquire("shared", 15).await.unwrap();
+    assert!(is_limited(bucket.try_acquire("shared", 1).await));
+    window.try_acquire("shared", 5).await.unwrap();
+    assert!(is_limited(window.try_acquire("shared", 1).await));
+    assert!(is_limited(log.try_acquire("shared", 1).await));
+}
+
+#[tokio::test]
+async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
+    // Nothing listens there, and the limiters fail open: a call to Redis would be
+    // counted. None is.
+    let connection = lazy_manager(
+        "redis://127.0.0.1:1/",
+        ConnectionManagerConfig::new().set_number_of_retries(0),
+    );
+    let five =
+        RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, fail_open()).unwrap();
+    let three = RedisFixedWindow::new(connection, 3, HOUR, fail_open()).unwrap();
+
+    let none = all(std::iter::empty());
+    for permits in [0, 1] {
+        let error = none.try_acquire(permits).await.unwrap_err();
+        assert!(matches!(error, RedisLimitError::NoMembers), "{error:?}");
+    }
+    assert_eq!(
+        none.acquire(1).await.unwrap_err().to_string(),
+        "a decision over all of no limiters: `redis::all` was given no members"
+    );
+
+    let both = all([five.member("k"), three.member("k")]);
+    let error = both.try_acquire(4).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RedisLimitError::ExceedsLimit {
+                requested: 4,
+                limit: 3
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "requested 4 permits but the limiter admits at most 3 at once"
+    );
+    assert!(matches!(
+        both.acquire(6).await,
+        Err(RedisLimitError::ExceedsLimit {
+            requested: 6,
+            limit: 5
+        })
+    ));
+    both.try_acquire(0).await.unwrap();
+    assert_eq!(five.fail_open_count() + three.fail_open_count(), 0);
+}
+
+#[tokio::test]
+async fn all_fails_closed_if_any_member_does_and_times_out_at_the_shortest() {
+    let url = gone_url();
+    let config = ConnectionManagerConfig::new().set_number_of_retries(0);
+    let gone = lazy_manager(&url, config);
+    let open = RedisTokenBucket::new(gone.clone(), Rate::per_hour(1), 5, fail_open()).unwrap();
+    let also_open = RedisSlidingLog::new(gone.clone(), 5, HOUR, fail_open()).unwrap();
+    let closed = RedisFixedWindow::new(gone, 5, HOUR, fail_closed()).unwrap();
+
+    // All fail open: allowed, and counted once by each limiter, even one named twice.
+    let open_only = all([open.member("a"), also_open.member("a"), open.member("b")]);
+    open_only.try_acquire(1).await.unwrap();
+    open_only.acquire(1).await.unwrap();
+    assert_eq!(
+        (open.fail_open_count(), also_open.fail_open_count()),
+        (2, 2)
+    );
+
+    // One fails closed: the decision does.
+    for limits in [
+        all([open.member("a"), closed.member("a")]),
+        all([closed.member("a"), open.member("a")]),
+    ] {
+        let error = limits.try_acquire(1).await.unwrap_err();
+        assert!(
+            matches!(error, RedisLimitError::Unavailable { .. }),
+            "{error:?}"
+        );
+        assert!(limits.acquire(1).await.is_err());
+    }
+    assert_eq!(
+        (open.fail_open_count(), also_open.fail_open_count()),
+        (2, 2)
+    );
+
+    // The shortest timeout bounds the call (the manager's default retries outlast both).
+    let retrying = lazy_manager(&url, ConnectionManagerConfig::new());
+    let slow = RedisTokenBucket::new(
+        retrying.clone(),
+        Rate::per_hour(1),
+        5,
+        fail_closed().with_timeout(Duration::from_secs(5)),
+    )
+    .unwrap();
+    let quick = RedisFixedWindow::new(
+        retrying,
+        5,
+        HOUR,
+        fail_open().with_timeout(Duration::from_millis(30)),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let error = all([slow.member("a"), quick.member("a")])
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::Timeout { timeout } if timeout == Duration::from_millis(30)),
+        "{error:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn all_runs_on_the_first_members_connection() {
+    let server = RedisServer::start();
+    let live = connect(&server).await;
+    let mut admin = connect(&server).await;
+    let gone = lazy_manager(
+        "redis://127.0.0.1:1/",
+        ConnectionManagerConfig::new().set_number_of_retries(0),
+    );
+    let here = hourly_bucket(live, 5);
+    let elsewhere = RedisFixedWindow::new(gone, 5, HOUR, fail_closed()).unwrap();
+    // First the unreachable one: nothing is decided.
+    assert!(matches!(
+        all([elsewhere.member("k"), here.member("k")])
+            .try_acquire(1)
+            .await,
+        Err(RedisLimitError::Unavailable { .. })
+    ));
+    // First the reachable one: both keys are decided in its Redis.
+    all([here.member("k"), elsewhere.member("k")])
+        .try_acquire(1)
+        .await
+        .unwrap();
+    assert!(exists(&mut admin, &elsewhere.redis_key("k")).await);
+}
+
+#[tokio::test]
+async fn all_loads_its_script_once_and_again_after_a_flush() {
+    let server = RedisServer::start();
+    let mut admin = connect(&server).await;
+    let connection = connect(&server).await;
+    let bucket = hourly_bucket(connection.clone(), 100);
+    let log = hourly_log(connection, 100);
+    let limits = all([bucket.member("user"), log.member("user")]);
+    // A decision on one key runs its algorithm's script, one on several keys the script
+    // with every algorithm: three scripts here, each loaded once.
+    for _ in 0..2 {
+        bucket.try_acquire("user", 1).await.unwrap();
+        log.try_acquire("user", 1).await.unwrap();
+        limits.try_acquire(1).await.unwrap();
+    }
+    assert_eq!(
+        scripts_held_and_loads(&mut admin).await,
+        ("3".into(), "3".into())
+    );
+
+    flush_scripts(&mut admin).await;
+    limits.try_acquire(1).await.unwrap();
+    assert_eq!(
+        scripts_held_and_loads(&mut admin).await,
+        ("1".into(), "4".into())
+    );
+    // The flush lost no state: 5 of the bucket's 100 and of the log's 100 are gone.
+    limits.try_acquire(95).await.unwrap();
+    assert!(is_limited(bucket.try_acquire("user", 1).await));
+    assert!(is_limited(log.try_acquire("user", 1).await));
+}
+
+/// The hash slot Redis gives `key`.
+async fn key_slot(connection: &mut ConnectionManager, key: &str) -> u16 {
+    driver::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
+    let server = RedisServer::start_cluster();
+    let mut admin = connect(&server).await;
+    driver::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = driver::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if info.contains("cluster_state:ok") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never came up: {info}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let connection = connect(&server).await;
+    // Failing open, so that a refusal of the keys is seen not to be taken for an outage.
+    let bucket =
+        RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, fail_open()).unwrap();
+    let window = RedisFixedWindow::new(connection.clone(), 5, HOUR, fail_open()).unwrap();
+
+    // One key at a time needs nothing.
+    bucket.try_acquire("user-42", 1).await.unwrap();
+    // Without a tag, the two kinds' keys are in different slots: refused, not counted.
+    assert_ne!(
+        key_slot(&mut admin, &bucket.redis_key("user-42")).await,
+        key_slot(&mut admin, &window.redis_key("user-42")).await
+    );
+    let error = all([bucket.member("user-42"), window.member("user-42")])
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::CrossSlot { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("hash tag") && text.contains("same slot"),
+        "{text}"
+    );
+    assert!(std::error::Error::source(&error).is_some());
+    // With one tag, one slot: decided.
+    let tagged = all([
+        bucket.member("{user-42}"),
+        window.member("{user-42}:search"),
+    ]);
+    tagged.try_acquire(5).await.unwrap();
+    assert!(is_limited(tagged.try_acquire(1).await));
+    assert_eq!(bucket.fail_open_count() + window.fail_open_count(), 0);
+
+    // A brace in the prefix is taken for the start of the tag, and the key's tag is lost.
+    let braced = |prefix: &str| {
+        (
+            RedisTokenBucket::new(
+                connection.clone(),
+                Rate::per_hour(1),
+                5,
+                fail_open().with_prefix(prefix),
+            )
+            .unwrap(),
+            RedisFixedWindow::new(connection.clone(), 5, HOUR, fail_open().with_prefix(prefix))
+                .unwrap(),
+        )
+    };
+    let (bucket, window) = braced("limits{");
+    assert!(matches!(
+        all([bucket.member("{user-42}"), window.member("{user-42}")])
+            .try_acquire(1)
+            .await,
+        Err(RedisLimitError::CrossSlot { .. })
+    ));
+    // A whole tag in the prefix puts every key of its limiters in one slot.
+    let (bucket, window) = braced("{limits}:");
+    all([bucket.member("user-42"), window.member("user-7")])
+        .try_acquire(1)
+        .await
+        .unwrap();
 }

@@ -33,8 +33,9 @@
 //! They need Redis 4.0 or newer (for `HSET` of several fields); the tests run against
 //! Redis 7.0.
 //!
-//! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key:
-//!   read the state, decide, write it back, set the key's expiry. Scripts are called by
+//! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key
+//!   (or on several, for [`all`]): read the state, decide, and only if it grants, write
+//!   it back and set the key's expiry (a refusal writes nothing). Scripts are called by
 //!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a
 //!   `SCRIPT FLUSH`) the script is loaded and called again.
 //! - **The server's clock.** Time is read inside the script with Redis's `TIME`, never
@@ -53,6 +54,38 @@
 //!   window when it ends, a log when its newest permit stops counting. A missing key
 //!   means "nothing used", so Redis holds only keys in use. A Redis restart without
 //!   persistence forgets every key: all limits start afresh.
+//!
+//! # Several limits, one decision
+//!
+//! [`all`] decides over several [members](RedisLimiter::member), each a limiter and a
+//! key, in the same one script call: a request is admitted only if every member allows
+//! it, and then every member takes it; if any refuses, nothing changes and `retry_after`
+//! is the latest of the refusals'. Members may be of different algorithms: a token bucket
+//! per user and a sliding log per tenant, say. On Redis Cluster their keys must share one
+//! hash slot: give them one hash tag, such as `{user-42}`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use token_bucket::redis::{
+//!     all, driver, FailurePolicy, RedisOptions, RedisSlidingLog, RedisTokenBucket,
+//! };
+//! use token_bucket::Rate;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = driver::Client::open("redis://127.0.0.1/")?;
+//! let connection = driver::aio::ConnectionManager::new(client).await?;
+//! let options = RedisOptions::new(FailurePolicy::FailOpen);
+//! let rate = Rate::per_second(10);
+//! let per_user = RedisTokenBucket::new(connection.clone(), rate, 20, options.clone())?;
+//! let minute = Duration::from_secs(60);
+//! let per_tenant = RedisSlidingLog::new(connection, 1_000, minute, options)?;
+//! all([per_user.member("{tenant-7}:user-42"), per_tenant.member("{tenant-7}")])
+//!     .try_acquire(1)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # When Redis cannot decide
 //!
@@ -83,6 +116,8 @@
 //! this feature; the rest of the crate keeps its older minimum.
 
 mod algorithm;
+mod all;
+mod decision;
 mod error;
 mod fixed_window;
 mod jitter;
@@ -94,6 +129,7 @@ mod token_bucket;
 mod window;
 
 pub use self::algorithm::RedisAlgorithm;
+pub use self::all::{all, RedisAll, RedisMember};
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};
 pub use self::limiter::RedisLimiter;

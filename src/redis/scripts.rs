@@ -1,50 +1,121 @@
-//! Running a limiter's Lua script: one atomic round trip per decision, by the script's
-//! hash, loading the script when Redis answers `NOSCRIPT`, and reading its reply.
+//! Running the limiters' Lua scripts: one atomic round trip per decision, over one key or
+//! several, by the script's hash, loading the script when Redis answers `NOSCRIPT`, and
+//! reading its reply.
+//!
+//! Every script is put together from the same pieces: the prelude (the server's clock,
+//! exact integer helpers), algorithms, each as a `decide` step that writes nothing and a
+//! `commit` step, and the loop that decides every key and commits them all or none. A
+//! decision on one key runs the script with only its algorithm; a decision on several,
+//! the script with all three. (Redis runs a script's whole text on every call, so each
+//! algorithm a script defines costs every call a little, about 0.4 µs.)
 
+use std::future::Future;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{RedisResult, Script};
 
-/// The helpers every script starts with: the server's clock and exact integer arithmetic.
+use super::algorithm::sealed::Algorithm;
+use super::{FixedWindowScript, SlidingLogScript, TokenBucketScript};
+
+/// The helpers every algorithm uses: the server's clock and exact integer arithmetic.
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-/// A limiter's script: the shared prelude, then the limiter's own `body`.
-pub(crate) fn limiter_script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+/// The decision over `KEYS`, after the algorithms.
+const DECISION: &str = include_str!("lua/decision.lua");
+
+/// Each algorithm's tag and Lua source.
+const ALGORITHMS: [(&str, &str); 3] = [
+    (
+        <TokenBucketScript as Algorithm>::TAG,
+        include_str!("lua/token_bucket.lua"),
+    ),
+    (
+        <FixedWindowScript as Algorithm>::TAG,
+        include_str!("lua/fixed_window.lua"),
+    ),
+    (
+        <SlidingLogScript as Algorithm>::TAG,
+        include_str!("lua/sliding_log.lua"),
+    ),
+];
+
+/// A script holding the algorithms `sources`.
+fn script_of<'a>(sources: impl IntoIterator<Item = &'a str>) -> Script {
+    let mut text = String::from(PRELUDE);
+    text.extend(sources);
+    text.push_str(DECISION);
+    Script::new(&text)
+}
+
+/// For a decision on one key: one script per algorithm, in the order of [`ALGORITHMS`].
+static ONE_KEY: LazyLock<[Script; 3]> =
+    LazyLock::new(|| ALGORITHMS.map(|(_, source)| script_of([source])));
+
+/// For a decision on several keys: every algorithm.
+static SEVERAL_KEYS: LazyLock<Script> =
+    LazyLock::new(|| script_of(ALGORITHMS.map(|(_, source)| source)));
+
+/// The script for a decision on `keys` keys, the first of algorithm `first_tag`.
+fn script_for(keys: usize, first_tag: &str) -> &'static Script {
+    let algorithm = ALGORITHMS.iter().position(|(tag, _)| *tag == first_tag);
+    match algorithm {
+        Some(index) if keys == 1 => &ONE_KEY[index],
+        _ => &SEVERAL_KEYS,
+    }
 }
 
 /// What a script decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
-    /// The permits were taken.
+    /// The permits were taken, from every key.
     Granted,
     /// Nothing was taken; the same request could succeed after `retry_after`.
     Limited { retry_after: Duration },
 }
 
-/// Runs `script` on `key` with `arguments`, in one round trip while Redis holds the
+/// One key of a decision: the key, its algorithm's tag and the algorithm's arguments.
+pub(crate) struct KeyCall<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) tag: &'static str,
+    pub(crate) arguments: [u64; 3],
+}
+
+/// Decides over `keys` (at least one, each once) in one round trip while Redis holds the
 /// script: `EVALSHA` by its hash, so the text crosses the network only when Redis answers
 /// `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), and is then loaded and called again.
-pub(crate) async fn decide(
-    script: &Script,
+/// The call is put together at once; the future holds only it, not `keys`.
+pub(crate) fn decide<'a>(
     mut connection: ConnectionManager,
-    key: &[u8],
-    arguments: [u64; 3],
-) -> RedisResult<Decision> {
-    let mut invocation = script.key(key);
-    for argument in arguments {
-        invocation.arg(argument);
-    }
-    // Every script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
-    let (granted, retry_after_ms): (u64, u64) = invocation.invoke_async(&mut connection).await?;
-    Ok(if granted == 1 {
-        Decision::Granted
-    } else {
-        Decision::Limited {
-            retry_after: Duration::from_millis(retry_after_ms),
+    keys: impl ExactSizeIterator<Item = KeyCall<'a>>,
+) -> impl Future<Output = RedisResult<Decision>> + Send + 'static {
+    let mut keys = keys.peekable();
+    let first_tag = keys.peek().map_or("", |first| first.tag);
+    let mut invocation = script_for(keys.len(), first_tag).prepare_invoke();
+    for KeyCall {
+        key,
+        tag,
+        arguments,
+    } in keys
+    {
+        invocation.key(key).arg(tag);
+        for argument in arguments {
+            invocation.arg(argument);
         }
-    })
+    }
+    async move {
+        // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
+        let (granted, retry_after_ms): (u64, u64) =
+            invocation.invoke_async(&mut connection).await?;
+        Ok(if granted == 1 {
+            Decision::Granted
+        } else {
+            Decision::Limited {
+                retry_after: Duration::from_millis(retry_after_ms),
+            }
+        })
+    }
 }
 
 // The integration tests' throwaway server; these tests only start and stop it.

@@ -1,19 +1,12 @@
 //! [`RedisTokenBucket`]: a token bucket per key, its tokens counted exactly in parts of
 //! a token that accrue a whole number per microsecond of the Redis server's clock.
 
-use std::sync::LazyLock;
-
 use ::redis::aio::ConnectionManager;
-use ::redis::Script;
 
 use super::algorithm::sealed::Algorithm;
-use super::scripts::limiter_script;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 use crate::rate::Rate;
-
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| limiter_script(include_str!("lua/token_bucket.lua")));
 
 /// Lua's numbers are doubles: integers are exact below this.
 const EXACT_BELOW: u128 = 1 << 53;
@@ -109,10 +102,6 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 
 impl Algorithm for TokenBucketScript {
     const TAG: &'static str = "tb";
-
-    fn script(&self) -> &'static Script {
-        &SCRIPT
-    }
 
     fn limit(&self) -> u64 {
         self.capacity

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
-use ::redis::Script;
 
 use super::algorithm::sealed::Algorithm;
 use super::{RedisLimiter, RedisOptions};
@@ -57,19 +56,16 @@ impl WindowSettings {
     }
 }
 
-/// A window limiter's kind: its script and its bounds. Each kind's settings are a
+/// A window limiter's kind: its tag and its bounds. Each kind's settings are a
 /// [`WindowSettings`]; the rest of [`Algorithm`] follows. Sealed, like [`Algorithm`]:
 /// public in a private module, so that the limiters' public impls may name it.
 pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
-    /// As [`Algorithm::TAG`].
+    /// As [`Algorithm::TAG`]. Its script takes the limit, the window in microseconds and
+    /// the permits asked for.
     const TAG: &'static str;
 
     /// The largest limit the kind accepts.
     const MAX_LIMIT: u64;
-
-    /// The kind's script, called with the limit, the window in microseconds and the
-    /// permits asked for.
-    fn script() -> &'static Script;
 
     fn from_settings(settings: WindowSettings) -> Self;
 
@@ -78,10 +74,6 @@ pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
 
 impl<K: WindowKind> Algorithm for K {
     const TAG: &'static str = K::TAG;
-
-    fn script(&self) -> &'static Script {
-        K::script()
-    }
 
     fn limit(&self) -> u64 {
         self.settings().limit

@@ -22,6 +22,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    cluster: bool,
 }
 
 impl RedisServer {
@@ -30,6 +31,18 @@ impl RedisServer {
     /// Panics, saying how to fix it, when `redis-server` is not installed: the Redis tests
     /// must fail loudly rather than pass without having run.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(false)
+    }
+
+    /// Starts a server in cluster mode, a cluster of this one node. It owns no hash slot
+    /// yet: the caller assigns them (`CLUSTER ADDSLOTSRANGE 0 16383`). Even holding every
+    /// slot, it refuses a command or script whose keys are in different slots
+    /// (`CROSSSLOT`), as any cluster does.
+    pub fn start_cluster() -> RedisServer {
+        RedisServer::start_with(true)
+    }
+
+    fn start_with(cluster: bool) -> RedisServer {
         let serial = SERVERS_STARTED.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
             "token-bucket-redis-{}-{serial}",
@@ -44,6 +57,7 @@ impl RedisServer {
                 child: None,
                 port,
                 dir: dir.clone(),
+                cluster,
             };
             if server.launch() {
                 return server;
@@ -82,16 +96,26 @@ impl RedisServer {
 
     /// Spawns the server and waits for it to answer; false if it exited first.
     fn launch(&mut self) -> bool {
-        let spawned = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+            .arg(&self.dir);
+        if self.cluster {
+            // The cluster bus needs a port too: by default the port + 10000, which may
+            // be taken or past 65535, so a free one is named.
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args([
+                    "--cluster-config-file",
+                    &format!("nodes-{}.conf", self.port),
+                ])
+                .args(["--cluster-port", &free_port().to_string()]);
+        }
+        let spawned = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
         let mut child = match spawned {
             Ok(child) => child,
             Err(error) if error.kind() == ErrorKind::NotFound => panic!(
