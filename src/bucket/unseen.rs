@@ -111,7 +111,7 @@ pub(crate) struct Grants {
     /// Grants decided in this lock section.
     decided: u64,
     /// Grants settled in this lock section without the waiter reading them through its
-    /// future: it left, or its grant could not be delivered.
+    /// future: it left.
     settled: u64,
 }
 
@@ -155,11 +155,6 @@ impl Grants {
     /// A waiter left after its grant reached it, without reading it through its future.
     pub(crate) fn seen_on_leaving(&mut self) {
         self.settled += 1;
-    }
-
-    /// Grants that could not be delivered: their waiters had left.
-    pub(crate) fn undelivered(&mut self, grants: u64) {
-        self.settled += grants;
     }
 
     /// Waiter `id`'s grant is dropped unseen, with `headroom` left now: the parts of a
