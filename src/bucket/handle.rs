@@ -392,6 +392,11 @@ impl TokenBucket {
     /// When several grants are dropped unseen, each comes back as if none of them had
     /// been made. A grant dropped after more than 1,024 later ones gives nothing back.
     ///
+    /// Until a granted future is polled or dropped, every operation on the bucket takes
+    /// its lock (to see every take, in case the grant is undone): poll or drop a `Take`
+    /// soon after its task is woken. One kept unpolled for good (`mem::forget`, or stored
+    /// and never polled again) keeps the bucket correct but on its slower path.
+    ///
     /// # Examples
     ///
     /// ```
