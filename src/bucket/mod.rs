@@ -10,7 +10,9 @@
 //!   taken by compare-and-swap without the lock.
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
 //! - `ledger.rs`: the exact token arithmetic, in integers.
-//! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
+//! - `queue.rs`: the FIFO queue of waiters and their wakers.
+//! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
+//!   when they can.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
 //! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
 //!   back.
@@ -26,6 +28,7 @@ mod fast;
 mod future;
 mod handle;
 mod ledger;
+mod outcomes;
 pub(crate) mod queue;
 pub(crate) mod refill;
 pub(crate) mod state;
