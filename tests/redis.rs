@@ -10,6 +10,10 @@
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
+// The same on a Redis Cluster.
+#[path = "redis/cluster.rs"]
+mod cluster;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -17,11 +21,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use redis_server::RedisServer;
-use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
+use token_bucket::redis::driver::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig,
+};
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    all, FailurePolicy, RedisAlgorithm, RedisAll, RedisFixedWindow, RedisLimitError, RedisLimiter,
-    RedisOptions, RedisSlidingLog, RedisTokenBucket,
+    all, FailurePolicy, RedisAlgorithm, RedisAll, RedisConnection, RedisFixedWindow,
+    RedisLimitError, RedisLimiter, RedisOptions, RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::{ConfigError, Rate, TokenBucket};
 
@@ -61,18 +67,18 @@ fn fail_open() -> RedisOptions {
 }
 
 /// Makes one limiter kind over a connection, with a given limit.
-type Maker<A> = fn(ConnectionManager, u64) -> RedisLimiter<A>;
+type Maker<A, C = ConnectionManager> = fn(C, u64) -> RedisLimiter<A, C>;
 
 /// `limit` per hour, as each kind counts it: nothing comes back within a test.
-fn hourly_bucket(connection: ConnectionManager, limit: u64) -> RedisTokenBucket {
+fn hourly_bucket<C: RedisConnection>(connection: C, limit: u64) -> RedisTokenBucket<C> {
     RedisTokenBucket::new(connection, Rate::per_hour(1), limit, fail_closed()).unwrap()
 }
 
-fn hourly_window(connection: ConnectionManager, limit: u64) -> RedisFixedWindow {
+fn hourly_window<C: RedisConnection>(connection: C, limit: u64) -> RedisFixedWindow<C> {
     RedisFixedWindow::new(connection, limit, HOUR, fail_closed()).unwrap()
 }
 
-fn hourly_log(connection: ConnectionManager, limit: u64) -> RedisSlidingLog {
+fn hourly_log<C: RedisConnection>(connection: C, limit: u64) -> RedisSlidingLog<C> {
     RedisSlidingLog::new(connection, limit, HOUR, fail_closed()).unwrap()
 }
 
@@ -91,36 +97,63 @@ fn count_grants(results: &[Result<(), RedisLimitError>]) -> u64 {
     granted
 }
 
-async fn two_instances_share_one_limit<A: RedisAlgorithm>(kind: &str, make: Maker<A>) {
-    let server = RedisServer::start();
+async fn two_instances_share_one_limit<A: RedisAlgorithm, C: RedisConnection>(
+    kind: &str,
+    make: Maker<A, C>,
+    connections: [C; 2],
+    key: &str,
+) {
     // Two connections and two limiters: two application servers.
-    let first = make(connect(&server).await, 50);
-    let second = make(connect(&server).await, 50);
-    let asks = (0..60).flat_map(|_| {
-        [
-            first.try_acquire("user-42", 1),
-            second.try_acquire("user-42", 1),
-        ]
-    });
+    let [first, second] = connections.map(|connection| make(connection, 50));
+    let asks = (0..60).flat_map(|_| [first.try_acquire(key, 1), second.try_acquire(key, 1)]);
     let results = join_all(asks).await;
-    assert_eq!(count_grants(&results), 50, "{kind}");
+    assert_eq!(count_grants(&results), 50, "{kind} on {key}");
     // Both instances see the limit spent.
     for limiter in [&first, &second] {
-        assert!(
-            matches!(
-                limiter.try_acquire("user-42", 1).await,
-                Err(RedisLimitError::Limited { .. })
-            ),
-            "{kind}"
-        );
+        assert!(is_limited(limiter.try_acquire(key, 1).await), "{kind}");
     }
 }
 
 #[tokio::test]
 async fn two_instances_on_one_key_never_grant_more_than_the_limit_together() {
-    two_instances_share_one_limit("token bucket", hourly_bucket).await;
-    two_instances_share_one_limit("fixed window", hourly_window).await;
-    two_instances_share_one_limit("sliding log", hourly_log).await;
+    let server = RedisServer::start();
+    let connections = || async { [connect(&server).await, connect(&server).await] };
+    two_instances_share_one_limit(
+        "token bucket",
+        hourly_bucket,
+        connections().await,
+        "user-42",
+    )
+    .await;
+    two_instances_share_one_limit(
+        "fixed window",
+        hourly_window,
+        connections().await,
+        "user-42",
+    )
+    .await;
+    two_instances_share_one_limit("sliding log", hourly_log, connections().await, "user-42").await;
+}
+
+#[tokio::test]
+async fn the_limiters_decide_over_a_multiplexed_connection_too() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let connection = || async { client.get_multiplexed_async_connection().await.unwrap() };
+    let connections = || async { [connection().await, connection().await] };
+    two_instances_share_one_limit("token bucket", hourly_bucket, connections().await, "u").await;
+    two_instances_share_one_limit("fixed window", hourly_window, connections().await, "u").await;
+    two_instances_share_one_limit("sliding log", hourly_log, connections().await, "u").await;
+
+    // Limiters over different kinds of connection in one decision: the first member's
+    // makes the call.
+    let managed = hourly_bucket(connect(&server).await, 3);
+    let multiplexed = hourly_log(connection().await, 2);
+    let both = all([multiplexed.member("k"), managed.member("k")]);
+    both.try_acquire(2).await.unwrap();
+    assert!(is_limited(both.try_acquire(1).await));
+    managed.try_acquire("k", 1).await.unwrap();
+    assert!(is_limited(managed.try_acquire("k", 1).await));
 }
 
 /// 32 tasks at once, each calling `try_once` 5 times: the 160 results.
@@ -149,22 +182,40 @@ where
     results
 }
 
-async fn thirty_two_tasks_share_one_limit<A: RedisAlgorithm>(kind: &str, make: Maker<A>) {
-    let server = RedisServer::start();
-    let limiter = make(connect(&server).await, 100);
+async fn thirty_two_tasks_share_one_limit<A: RedisAlgorithm, C: RedisConnection>(
+    kind: &str,
+    make: Maker<A, C>,
+    connection: C,
+    key: &'static str,
+) {
+    let limiter = make(connection, 100);
     let results = thirty_two_tasks_try_five_times(move || {
         let limiter = limiter.clone();
-        async move { limiter.try_acquire("shared", 1).await }
+        async move { limiter.try_acquire(key, 1).await }
     })
     .await;
-    assert_eq!(count_grants(&results), 100, "{kind}");
+    assert_eq!(count_grants(&results), 100, "{kind} on {key}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_tasks_never_grant_more_than_the_limit() {
-    thirty_two_tasks_share_one_limit("token bucket", hourly_bucket).await;
-    thirty_two_tasks_share_one_limit("fixed window", hourly_window).await;
-    thirty_two_tasks_share_one_limit("sliding log", hourly_log).await;
+    let server = RedisServer::start();
+    thirty_two_tasks_share_one_limit(
+        "token bucket",
+        hourly_bucket,
+        connect(&server).await,
+        "shared",
+    )
+    .await;
+    thirty_two_tasks_share_one_limit(
+        "fixed window",
+        hourly_window,
+        connect(&server).await,
+        "shared",
+    )
+    .await;
+    thirty_two_tasks_share_one_limit("sliding log", hourly_log, connect(&server).await, "shared")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,7 +389,7 @@ async fn the_sliding_log_has_no_seam_burst_where_the_fixed_window_has_one() {
     ));
 }
 
-async fn pttl(connection: &mut ConnectionManager, key: &str) -> i64 {
+async fn pttl(connection: &mut impl ConnectionLike, key: &str) -> i64 {
     driver::cmd("PTTL")
         .arg(key)
         .query_async(connection)
@@ -346,7 +397,7 @@ async fn pttl(connection: &mut ConnectionManager, key: &str) -> i64 {
         .unwrap()
 }
 
-async fn exists(connection: &mut ConnectionManager, key: &str) -> bool {
+async fn exists(connection: &mut impl ConnectionLike, key: &str) -> bool {
     driver::cmd("EXISTS")
         .arg(key)
         .query_async::<i64>(connection)
@@ -355,26 +406,30 @@ async fn exists(connection: &mut ConnectionManager, key: &str) -> bool {
         == 1
 }
 
-/// Takes one of two permits; the key's time to live is then at most `ttl`, and the key
-/// is gone soon after it passes.
-async fn key_expires<A: RedisAlgorithm>(
+/// Takes one of two permits on `key`; its Redis key's time to live is then at most
+/// `ttl`, and it is gone soon after that passes (as seen over `connection`).
+async fn key_expires<A: RedisAlgorithm, C: RedisConnection>(
     kind: &str,
-    limiter: RedisLimiter<A>,
-    mut connection: ConnectionManager,
+    limiter: RedisLimiter<A, C>,
+    connection: &mut impl ConnectionLike,
+    key: &str,
     ttl: Duration,
 ) {
-    let key = limiter.redis_key("idle");
-    assert!(!exists(&mut connection, &key).await, "{kind}");
-    limiter.try_acquire("idle", 1).await.unwrap();
-    assert!(exists(&mut connection, &key).await, "{kind}");
-    let left = pttl(&mut connection, &key).await;
+    let redis_key = limiter.redis_key(key);
+    assert!(!exists(connection, &redis_key).await, "{kind}");
+    limiter.try_acquire(key, 1).await.unwrap();
+    assert!(exists(connection, &redis_key).await, "{kind}");
+    let left = pttl(connection, &redis_key).await;
     assert!(
         left > 0 && left as u128 <= ttl.as_millis(),
         "{kind}: PTTL {left} ms, expected at most {ttl:?}"
     );
     let deadline = Instant::now() + ttl + Duration::from_secs(5);
-    while exists(&mut connection, &key).await {
-        assert!(Instant::now() < deadline, "{kind}: {key} did not expire");
+    while exists(connection, &redis_key).await {
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: {redis_key} did not expire"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -383,21 +438,17 @@ async fn key_expires<A: RedisAlgorithm>(
 async fn keys_expire_once_idle() {
     let server = RedisServer::start();
     let connection = connect(&server).await;
+    let mut admin = connection.clone();
     let window = Duration::from_millis(400);
     // Two tokens per 400 ms: one taken is back, and the bucket full, after 200 ms.
     let bucket =
         RedisTokenBucket::new(connection.clone(), Rate::new(2, window), 2, fail_closed()).unwrap();
-    key_expires(
-        "token bucket",
-        bucket,
-        connection.clone(),
-        Duration::from_millis(200),
-    )
-    .await;
+    let ttl = Duration::from_millis(200);
+    key_expires("token bucket", bucket, &mut admin, "idle", ttl).await;
     let fixed = RedisFixedWindow::new(connection.clone(), 2, window, fail_closed()).unwrap();
-    key_expires("fixed window", fixed, connection.clone(), window).await;
-    let log = RedisSlidingLog::new(connection.clone(), 2, window, fail_closed()).unwrap();
-    key_expires("sliding log", log, connection, window).await;
+    key_expires("fixed window", fixed, &mut admin, "idle", window).await;
+    let log = RedisSlidingLog::new(connection, 2, window, fail_closed()).unwrap();
+    key_expires("sliding log", log, &mut admin, "idle", window).await;
 }
 
 #[tokio::test]
@@ -755,10 +806,11 @@ async fn info_field(connection: &mut ConnectionManager, section: &str, field: &s
         .to_owned()
 }
 
-/// How many scripts Redis holds, and how many times one was loaded.
+/// How many scripts Redis holds, and how many times one was sent whole (with `EVAL`,
+/// which runs it and keeps it, after an `EVALSHA` met `NOSCRIPT`).
 async fn scripts_held_and_loads(admin: &mut ConnectionManager) -> (String, String) {
     let held = info_field(admin, "memory", "number_of_cached_scripts").await;
-    let loads = info_field(admin, "commandstats", "cmdstat_script|load").await;
+    let loads = info_field(admin, "commandstats", "cmdstat_eval").await;
     let loads = loads
         .strip_prefix("calls=")
         .and_then(|rest| rest.split(',').next())
@@ -783,13 +835,17 @@ async fn scripts_are_loaded_once_called_by_hash_and_reloaded_after_a_flush() {
     for _ in 0..5 {
         limiter.try_acquire("user", 1).await.unwrap();
     }
-    // Loaded once (after the first EVALSHA met NOSCRIPT), then only called by hash.
+    // Sent whole once (after the first EVALSHA met NOSCRIPT), then only called by hash.
     assert_eq!(
         scripts_held_and_loads(&mut admin).await,
         ("1".into(), "1".into())
     );
+    // The first call by hash met NOSCRIPT; the next four found the script.
     let calls = info_field(&mut admin, "commandstats", "cmdstat_evalsha").await;
-    assert!(calls.starts_with("calls=6,"), "{calls}");
+    assert!(
+        calls.starts_with("calls=5,") && calls.ends_with("failed_calls=1"),
+        "{calls}"
+    );
 
     flush_scripts(&mut admin).await;
     limiter.try_acquire("user", 1).await.unwrap();
@@ -1244,6 +1300,26 @@ async fn all_loads_its_script_once_and_again_after_a_flush() {
     assert!(is_limited(log.try_acquire("user", 1).await));
 }
 
+/// A token bucket and a fixed window of 5 an hour, with `options`.
+fn bucket_and_window<C: RedisConnection>(
+    connection: C,
+    options: RedisOptions,
+) -> (RedisTokenBucket<C>, RedisFixedWindow<C>) {
+    let bucket = RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, options.clone());
+    let window = RedisFixedWindow::new(connection, 5, HOUR, options);
+    (bucket.unwrap(), window.unwrap())
+}
+
+/// Asks `limits` for a permit, which Redis must refuse for keys of several slots.
+async fn refused_cross_slot(limits: &RedisAll) -> RedisLimitError {
+    let error = limits.try_acquire(1).await.unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::CrossSlot { .. }),
+        "{error:?}"
+    );
+    error
+}
+
 /// The hash slot Redis gives `key`.
 async fn key_slot(connection: &mut ConnectionManager, key: &str) -> u16 {
     driver::cmd("CLUSTER")
@@ -1294,14 +1370,8 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         key_slot(&mut admin, &bucket.redis_key("user-42")).await,
         key_slot(&mut admin, &window.redis_key("user-42")).await
     );
-    let error = all([bucket.member("user-42"), window.member("user-42")])
-        .try_acquire(1)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(error, RedisLimitError::CrossSlot { .. }),
-        "{error:?}"
-    );
+    let error =
+        refused_cross_slot(&all([bucket.member("user-42"), window.member("user-42")])).await;
     let text = error.to_string();
     assert!(
         text.contains("hash tag") && text.contains("same slot"),
@@ -1318,19 +1388,8 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
     assert_eq!(bucket.fail_open_count() + window.fail_open_count(), 0);
 
     // A brace in the prefix is taken for the start of the tag, and the key's tag is lost.
-    let braced = |prefix: &str| {
-        (
-            RedisTokenBucket::new(
-                connection.clone(),
-                Rate::per_hour(1),
-                5,
-                fail_open().with_prefix(prefix),
-            )
-            .unwrap(),
-            RedisFixedWindow::new(connection.clone(), 5, HOUR, fail_open().with_prefix(prefix))
-                .unwrap(),
-        )
-    };
+    let braced =
+        |prefix: &str| bucket_and_window(connection.clone(), fail_open().with_prefix(prefix));
     let (bucket, window) = braced("limits{");
     assert!(matches!(
         all([bucket.member("{user-42}"), window.member("{user-42}")])
@@ -1344,4 +1403,90 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         .try_acquire(1)
         .await
         .unwrap();
+}
+
+/// Set for the process that [`start_a_server_and_wait_to_be_killed`] runs in.
+const ORPHAN_HELPER: &str = "TOKEN_BUCKET_TEST_ORPHAN_HELPER";
+
+/// Run only by [`a_server_left_by_a_killed_test_process_is_stopped_at_the_next_start`],
+/// in a process of its own: starts a server, says which, and waits to be killed.
+#[test]
+#[ignore = "a helper that another test runs in a process of its own"]
+fn start_a_server_and_wait_to_be_killed() {
+    if std::env::var_os(ORPHAN_HELPER).is_none() {
+        return;
+    }
+    let server = RedisServer::start();
+    println!("server {} {}", server.pid().unwrap(), server.port());
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Whether process `pid` runs (and is not a zombie waiting to be reaped).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_server_left_by_a_killed_test_process_is_stopped_at_the_next_start() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "start_a_server_and_wait_to_be_killed",
+            "--exact",
+            "--ignored",
+        ])
+        .arg("--nocapture")
+        .env(ORPHAN_HELPER, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = BufReader::new(helper.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|line| {
+            let (pid, port) = line.strip_prefix("server ")?.split_once(' ')?;
+            Some((pid.parse::<u32>().ok()?, port.parse::<u16>().ok()?))
+        });
+    let (pid, port) = said.expect("the helper started a server");
+    // Killed at once: no destructor runs, so the server outlives its test process.
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    assert!(runs(pid), "the server went with its test process");
+    assert!(redis_server::registry().join(pid.to_string()).exists());
+
+    // What every test process does once, before it starts its first server.
+    redis_server::stop_orphans();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the orphan on port {port} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!redis_server::registry().join(pid.to_string()).exists());
+    // The servers of processes that still run, this one's among them, are left alone.
+    let mine = RedisServer::start();
+    redis_server::stop_orphans();
+    assert!(runs(mine.pid().unwrap()));
+}
+
+#[test]
+fn a_server_is_stopped_when_its_test_panics() {
+    let pid = std::sync::Mutex::new(None);
+    let failed = std::panic::catch_unwind(|| {
+        let server = RedisServer::start();
+        *pid.lock().unwrap() = server.pid();
+        panic!("a test that fails while its server runs");
+    });
+    assert!(failed.is_err());
+    let pid = pid.into_inner().unwrap().unwrap();
+    assert!(!runs(pid));
+    assert!(!redis_server::registry().join(pid.to_string()).exists());
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::algorithm::RedisAlgorithm;
+use super::connection::RedisConnection;
 use super::decision::{Member, Part, Plan};
 use super::error::RedisLimitError;
 use super::policy::{FailurePolicy, RedisOptions};
@@ -74,7 +75,7 @@ impl fmt::Debug for RedisMember {
     }
 }
 
-impl<A: RedisAlgorithm> RedisLimiter<A> {
+impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// This limiter on `key`, as one member of a decision over several limits: see
     /// [`all`]. Its Redis key is [`redis_key(key)`](Self::redis_key); on Redis Cluster,
     /// give every member's key the same hash tag, such as `{user-42}`.
@@ -201,10 +202,13 @@ pub struct RedisAll {
 /// key of its limiters in one slot, and so on one node.) A single Redis server, with or
 /// without replicas, has no slots and none of these constraints.
 ///
-/// The limiters' [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to
-/// one server and does not follow a cluster's `MOVED` redirections, for the single
-/// limiters as for this: on a cluster of several shards, reach it through one endpoint
-/// that routes by slot.
+/// On a cluster of several masters, make the first member's limiter over a
+/// [`ClusterConnection`](super::driver::cluster_async::ClusterConnection), which sends
+/// the script to the master of the keys' slot (see
+/// [Redis Cluster](super#redis-cluster)); a
+/// [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to one node only.
+/// While the keys' slot migrates, a decision whose keys are split between the two nodes
+/// is told `TRYAGAIN`, and made again until the timeout.
 ///
 /// An empty `members` makes a `RedisAll` that refuses every request with
 /// [`RedisLimitError::NoMembers`], whatever the policy.

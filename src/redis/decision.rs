@@ -7,28 +7,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::{ErrorKind, ServerErrorKind};
+use ::redis::{ErrorKind, RedisResult, ServerErrorKind};
+use futures::future::BoxFuture;
 
 use super::algorithm::sealed::Algorithm;
+use super::connection::RedisConnection;
 use super::error::RedisLimitError;
 use super::jitter::Jitter;
 use super::policy::{FailurePolicy, RedisOptions};
-use super::scripts::{self, Decision, KeyCall};
+use super::scripts::{Decision, KeyCall, ScriptCall};
 
-/// What every limiter has whatever its algorithm: how it reaches Redis, its options, its
-/// count of decisions not made, and its jitter.
+/// What every limiter has whatever its algorithm and connection: its options, its count
+/// of decisions not made, and its jitter.
 pub(crate) struct Common {
-    pub(crate) connection: ConnectionManager,
     pub(crate) options: RedisOptions,
     pub(crate) fail_open_decisions: AtomicU64,
     pub(crate) jitter: Jitter,
 }
 
 impl Common {
-    pub(crate) fn new(connection: ConnectionManager, options: RedisOptions) -> Common {
+    pub(crate) fn new(options: RedisOptions) -> Common {
         Common {
-            connection,
             options,
             fail_open_decisions: AtomicU64::new(0),
             jitter: Jitter::new(),
@@ -36,16 +35,21 @@ impl Common {
     }
 }
 
-/// A limiter's shared state: what every limiter has, and its algorithm's settings.
-pub(crate) struct Shared<A> {
+/// A limiter's shared state: what every limiter has, its algorithm's settings, and its
+/// connection.
+pub(crate) struct Shared<A, C> {
     pub(crate) common: Common,
     pub(crate) algorithm: A,
+    pub(crate) connection: C,
 }
 
-/// A limiter seen without the type of its algorithm, so that one decision can span
-/// limiters of different algorithms.
+/// A limiter seen without the types of its algorithm and connection, so that one
+/// decision can span limiters of different algorithms.
 pub(crate) trait Member: Send + Sync {
     fn common(&self) -> &Common;
+
+    /// Makes `call` over this limiter's connection.
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>>;
 
     /// As [`Algorithm::TAG`].
     fn tag(&self) -> &'static str;
@@ -60,9 +64,13 @@ pub(crate) trait Member: Send + Sync {
     fn algorithm(&self) -> &dyn fmt::Debug;
 }
 
-impl<A: Algorithm> Member for Shared<A> {
+impl<A: Algorithm, C: RedisConnection> Member for Shared<A, C> {
     fn common(&self) -> &Common {
         &self.common
+    }
+
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>> {
+        Box::pin(call.run(self.connection.clone()))
     }
 
     fn tag(&self) -> &'static str {
@@ -133,7 +141,7 @@ impl Plan<'_> {
             // At most the limit, checked above.
             arguments: part.limiter.arguments(part.requested(permits)),
         });
-        let call = scripts::decide(first.limiter.common().connection.clone(), keys);
+        let call = first.limiter.run(ScriptCall::new(keys));
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(Decision::Granted)) => Ok(()),
             Ok(Ok(Decision::Limited { retry_after })) => {

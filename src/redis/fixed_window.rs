@@ -1,6 +1,8 @@
 //! [`RedisFixedWindow`]: at most `limit` permits per key in each window, the window
 //! starting at the key's first request.
 
+use ::redis::aio::ConnectionManager;
+
 use super::window::{WindowKind, WindowSettings};
 use super::RedisLimiter;
 
@@ -28,7 +30,7 @@ use super::RedisLimiter;
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisFixedWindow = RedisLimiter<FixedWindowScript>;
+pub type RedisFixedWindow<C = ConnectionManager> = RedisLimiter<FixedWindowScript, C>;
 
 /// The settings and script of a [`RedisFixedWindow`].
 ///

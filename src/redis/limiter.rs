@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ::redis::aio::ConnectionManager;
 
 use super::algorithm::RedisAlgorithm;
+use super::connection::RedisConnection;
 use super::decision::{Common, Member, Part, Plan, Shared};
 use super::error::RedisLimitError;
 use super::policy::RedisOptions;
@@ -24,6 +25,10 @@ use crate::error::ConfigError;
 /// A cheap-to-clone handle: clones share the connection and the
 /// [`fail_open_count`](Self::fail_open_count). Each decision is one round trip, bounded
 /// by the [timeout](RedisOptions::with_timeout).
+///
+/// `C` is the connection it decides over: any [`RedisConnection`], a
+/// [`ConnectionManager`] unless another is given to `new`, which infers it (see
+/// [Connections](super#connections)).
 ///
 /// ```no_run
 /// use token_bucket::redis::{driver, FailurePolicy, RedisLimitError, RedisOptions, RedisTokenBucket};
@@ -48,22 +53,23 @@ use crate::error::ConfigError;
 /// # Ok(())
 /// # }
 /// ```
-pub struct RedisLimiter<A> {
-    shared: Arc<Shared<A>>,
+pub struct RedisLimiter<A, C = ConnectionManager> {
+    shared: Arc<Shared<A, C>>,
 }
 
-impl<A: RedisAlgorithm> RedisLimiter<A> {
+impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// A limiter running `algorithm` over `connection`, once `options` are checked.
     pub(crate) fn with_algorithm(
-        connection: ConnectionManager,
+        connection: C,
         algorithm: A,
         options: RedisOptions,
     ) -> Result<Self, ConfigError> {
         options.check()?;
         Ok(RedisLimiter {
             shared: Arc::new(Shared {
-                common: Common::new(connection, options),
+                common: Common::new(options),
                 algorithm,
+                connection,
             }),
         })
     }
@@ -290,7 +296,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     }
 }
 
-impl<A> Clone for RedisLimiter<A> {
+impl<A, C> Clone for RedisLimiter<A, C> {
     fn clone(&self) -> Self {
         RedisLimiter {
             shared: Arc::clone(&self.shared),
@@ -298,7 +304,7 @@ impl<A> Clone for RedisLimiter<A> {
     }
 }
 
-impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
+impl<A: fmt::Debug, C> fmt::Debug for RedisLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("algorithm", &self.shared.algorithm)

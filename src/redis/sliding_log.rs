@@ -1,6 +1,8 @@
 //! [`RedisSlidingLog`]: at most `limit` permits per key in any interval of `window`,
 //! exactly, with one sorted-set member per permit.
 
+use ::redis::aio::ConnectionManager;
+
 use super::window::{WindowKind, WindowSettings};
 use super::RedisLimiter;
 
@@ -33,7 +35,7 @@ use super::RedisLimiter;
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisSlidingLog = RedisLimiter<SlidingLogScript>;
+pub type RedisSlidingLog<C = ConnectionManager> = RedisLimiter<SlidingLogScript, C>;
 
 /// The settings and script of a [`RedisSlidingLog`].
 ///

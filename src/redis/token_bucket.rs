@@ -4,6 +4,7 @@
 use ::redis::aio::ConnectionManager;
 
 use super::algorithm::sealed::Algorithm;
+use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 use crate::rate::Rate;
@@ -37,7 +38,7 @@ const EXACT_BELOW: u128 = 1 << 53;
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisTokenBucket = RedisLimiter<TokenBucketScript>;
+pub type RedisTokenBucket<C = ConnectionManager> = RedisLimiter<TokenBucketScript, C>;
 
 /// The settings and script of a [`RedisTokenBucket`].
 ///
@@ -117,7 +118,7 @@ impl Algorithm for TokenBucketScript {
     }
 }
 
-impl RedisLimiter<TokenBucketScript> {
+impl<C: RedisConnection> RedisLimiter<TokenBucketScript, C> {
     /// Buckets of `capacity` tokens gaining them at `rate`, one per key, kept in Redis
     /// over `connection`. Every bucket starts full.
     ///
@@ -153,11 +154,11 @@ impl RedisLimiter<TokenBucketScript> {
     /// # }
     /// ```
     pub fn new(
-        connection: ConnectionManager,
+        connection: C,
         rate: Rate,
         capacity: u64,
         options: RedisOptions,
-    ) -> Result<RedisTokenBucket, ConfigError> {
+    ) -> Result<RedisTokenBucket<C>, ConfigError> {
         let algorithm = TokenBucketScript::new(rate, capacity)?;
         RedisLimiter::with_algorithm(connection, algorithm, options)
     }

@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-
 use super::algorithm::sealed::Algorithm;
+use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 
@@ -85,8 +84,10 @@ impl<K: WindowKind> Algorithm for K {
     }
 }
 
-/// The constructor and accessors of [`RedisFixedWindow`](super::RedisFixedWindow) and
-/// [`RedisSlidingLog`](super::RedisSlidingLog).
+/// The bounds of [`RedisFixedWindow`](super::RedisFixedWindow) and
+/// [`RedisSlidingLog`](super::RedisSlidingLog), the same whatever the connection (named
+/// here for the default one, so that `RedisSlidingLog::MAX_LIMIT` needs no connection
+/// type).
 impl<K: WindowKind> RedisLimiter<K> {
     /// The largest limit: for [`RedisFixedWindow`](super::RedisFixedWindow) 2^52, so that
     /// a count plus a request stays below 2^53, which Lua counts exactly; for
@@ -96,7 +97,11 @@ impl<K: WindowKind> RedisLimiter<K> {
 
     /// The longest window: 2^50 µs, about 35 years.
     pub const MAX_WINDOW: Duration = MAX_WINDOW;
+}
 
+/// The constructor and accessors of [`RedisFixedWindow`](super::RedisFixedWindow) and
+/// [`RedisSlidingLog`](super::RedisSlidingLog).
+impl<K: WindowKind, C: RedisConnection> RedisLimiter<K, C> {
     /// At most `limit` permits per key in each `window` (for a
     /// [`RedisFixedWindow`](super::RedisFixedWindow)) or in any interval of `window` (for
     /// a [`RedisSlidingLog`](super::RedisSlidingLog)), decided by Redis over
@@ -137,11 +142,11 @@ impl<K: WindowKind> RedisLimiter<K> {
     /// # }
     /// ```
     pub fn new(
-        connection: ConnectionManager,
+        connection: C,
         limit: u64,
         window: Duration,
         options: RedisOptions,
-    ) -> Result<RedisLimiter<K>, ConfigError> {
+    ) -> Result<RedisLimiter<K, C>, ConfigError> {
         let settings = WindowSettings::new(limit, window, K::MAX_LIMIT)?;
         RedisLimiter::with_algorithm(connection, K::from_settings(settings), options)
     }
