@@ -1136,7 +1136,7 @@ async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
     );
     let five =
         RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, fail_open()).unwrap();
-    let three = RedisFixedWindow::new(connection, 3, HOUR, fail_open()).unwrap();
+    let three = RedisFixedWindow::new(connection.clone(), 3, HOUR, fail_open()).unwrap();
 
     let none = all(std::iter::empty());
     for permits in [0, 1] {
@@ -1172,7 +1172,33 @@ async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
         })
     ));
     both.try_acquire(0).await.unwrap();
+
+    // Limiters of one kind and prefix build one key for one name: with different
+    // settings they cannot share it (the second's limit would go unchecked).
+    let second = Duration::from_secs(1);
+    let per_second = RedisFixedWindow::new(connection.clone(), 10, second, fail_open()).unwrap();
+    let per_day = RedisFixedWindow::new(connection.clone(), 1_000, 24 * HOUR, fail_open()).unwrap();
+    let clash = all([per_second.member("{u}"), per_day.member("{u}")]);
+    for permits in [0, 1] {
+        let error = clash.try_acquire(permits).await.unwrap_err();
+        assert!(
+            matches!(&error, RedisLimitError::ConflictingMembers { key } if key.ends_with("{u}")),
+            "{error:?}"
+        );
+    }
+    let error = clash.acquire(1).await.unwrap_err();
+    assert!(
+        error.to_string().contains("give them different prefixes"),
+        "{error}"
+    );
+    // The same settings may share the key: it counts twice.
+    let twin = RedisFixedWindow::new(connection, 10, second, fail_open()).unwrap();
+    all([per_second.member("{u}"), twin.member("{u}")])
+        .try_acquire(0)
+        .await
+        .unwrap();
     assert_eq!(five.fail_open_count() + three.fail_open_count(), 0);
+    assert_eq!(per_second.fail_open_count() + per_day.fail_open_count(), 0);
 }
 
 #[tokio::test]

@@ -151,6 +151,8 @@ pub struct RedisAll {
     limiters: Vec<Arc<dyn Member>>,
     policy: FailurePolicy,
     timeout: Duration,
+    /// A Redis key named by two limiters whose settings differ, if any.
+    conflict: Option<String>,
 }
 
 /// One decision over all of `members`: [`RedisAll::try_acquire`] takes the permits from
@@ -172,8 +174,9 @@ pub struct RedisAll {
 ///   (tokens only accrue, windows only end, logged permits only stop counting), so the
 ///   members that allow now still allow then. Whole milliseconds, rounded up.
 /// - **A key named twice counts twice.** Members on the same Redis key (the same limiter
-///   and key, or limiters of one kind and prefix) are one key asked for the permits of
-///   each: `all([a.member("k"), a.member("k")]).try_acquire(2)` takes 4 from `k`, or
+///   and key, or limiters of one kind, prefix and settings) are one key asked for the
+///   permits of each (limiters of one kind and prefix but different settings cannot share
+///   a key: see [`RedisLimitError::ConflictingMembers`]): `all([a.member("k"), a.member("k")]).try_acquire(2)` takes 4 from `k`, or
 ///   nothing, and `try_acquire(n)` is refused with [`RedisLimitError::ExceedsLimit`] when
 ///   `2 × n` is above `a`'s limit, since it could never be granted.
 /// - **The first member's connection** makes the call: every key is read on the Redis
@@ -254,6 +257,7 @@ pub struct RedisAll {
 pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
     let mut parts: Vec<Part> = Vec::new();
     let mut limiters: Vec<Arc<dyn Member>> = Vec::new();
+    let mut conflict = None;
     for RedisMember { limiter, key } in members {
         let known =
             |other: &Arc<dyn Member>| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(&limiter));
@@ -261,7 +265,15 @@ pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
             limiters.push(Arc::clone(&limiter));
         }
         match parts.iter_mut().find(|part| part.key == key) {
-            Some(part) => part.count += 1,
+            Some(part) => {
+                // One key holds one limiter's state: two limiters that would read it by
+                // different settings (limits of one kind and prefix, say 10 a second and
+                // 1,000 a day) cannot both be decided on it.
+                if part.limiter.arguments(1) != limiter.arguments(1) && conflict.is_none() {
+                    conflict = Some(key);
+                }
+                part.count += 1;
+            }
             None => parts.push(Part {
                 limiter,
                 key,
@@ -291,6 +303,7 @@ pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
         limiters,
         policy,
         timeout,
+        conflict,
     }
 }
 
@@ -307,6 +320,8 @@ impl RedisAll {
     /// - [`RedisLimitError::ExceedsLimit`] when `permits` (times the members on one key)
     ///   is above a member's limit, naming the first such, without asking Redis.
     /// - [`RedisLimitError::NoMembers`] when made of no members, without asking Redis.
+    /// - [`RedisLimitError::ConflictingMembers`] when two members' limiters of different
+    ///   settings name one Redis key, without asking Redis.
     /// - [`RedisLimitError::CrossSlot`] when Redis refuses the keys because they are in
     ///   different hash slots, whatever the policy.
     /// - Under the combined policy [`FailurePolicy::FailClosed`],
@@ -349,6 +364,7 @@ impl RedisAll {
     /// # }
     /// ```
     pub async fn try_acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        self.check_members()?;
         self.plan().try_acquire(permits).await
     }
 
@@ -391,7 +407,16 @@ impl RedisAll {
     /// # }
     /// ```
     pub async fn acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        self.check_members()?;
         self.plan().acquire(permits).await
+    }
+
+    /// Refuses a decision whose members name one Redis key with different settings.
+    fn check_members(&self) -> Result<(), RedisLimitError> {
+        match &self.conflict {
+            Some(key) => Err(RedisLimitError::ConflictingMembers { key: key.clone() }),
+            None => Ok(()),
+        }
     }
 
     fn plan(&self) -> Plan<'_> {

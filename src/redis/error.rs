@@ -68,6 +68,16 @@ pub enum RedisLimitError {
     /// everything, which is much more likely a bug (a list of limits left empty) than
     /// what was meant.
     NoMembers,
+    /// Two members of a [`RedisAll`](super::RedisAll) name the same Redis key through
+    /// limiters of different settings: limiters of one kind and
+    /// [prefix](super::RedisOptions::with_prefix), such as 10 a second and 1,000 a day,
+    /// build the same key for the same name, and one key can hold only one limiter's
+    /// state. Give them different prefixes. Decided without asking Redis, whatever the
+    /// failure policy.
+    ConflictingMembers {
+        /// The Redis key both name.
+        key: String,
+    },
     /// Redis refused a [`RedisAll`](super::RedisAll)'s keys because they are in
     /// different hash slots (`CROSSSLOT`): on Redis Cluster, or behind a proxy that
     /// shards by slot, the keys of one script must share one slot. Give every key the
@@ -103,6 +113,11 @@ impl fmt::Display for RedisLimitError {
             RedisLimitError::NoMembers => {
                 f.write_str("a decision over all of no limiters: `redis::all` was given no members")
             }
+            RedisLimitError::ConflictingMembers { key } => write!(
+                f,
+                "two limiters of different settings name the Redis key {key:?} in one \
+                 decision; one key holds one limiter's state: give them different prefixes"
+            ),
             RedisLimitError::CrossSlot { error } => write!(
                 f,
                 "the keys of one decision are in different Redis Cluster hash slots; give \
