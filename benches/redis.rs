@@ -1,11 +1,14 @@
 //! Decisions per second of the Redis limiters (issue 6), with 1, 8 and 64 concurrent
 //! tasks, beside the floor: a plain `INCR` + `PEXPIRE` pipeline, one round trip that
-//! decides nothing atomically but costs what any one-round-trip limiter must.
+//! decides nothing atomically but costs what any one-round-trip limiter must. Then two
+//! limits per request (issue 14): `all([bucket, window])`, one script call over both
+//! keys, beside the same two limiters asked one after the other (two round trips, and
+//! not all or nothing).
 //!
 //! # Running
 //!
 //! ```text
-//! cargo bench --features redis --bench redis     # about 35 s
+//! cargo bench --features redis --bench redis     # about 50 s
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (persisting nothing), then,
@@ -15,6 +18,9 @@
 //! markdown tables: decisions per second, with each limiter's share of the floor; and
 //! Redis's own time per decision, from its `INFO commandstats` (reset before each run),
 //! which shows what the scripts cost the server apart from the network.
+//!
+//! The two-limit runs print a third table: for each, decisions per second, the time each
+//! task waits for one decision, and Redis's time per decision (both calls' for the pair).
 //!
 //! Every limiter is set so that every request is granted (a token bucket gaining a
 //! thousand tokens a microsecond, windows of 2^40 and 65,536 a second): the granting path
@@ -38,8 +44,8 @@ use std::time::{Duration, Instant};
 use token_bucket::redis::driver::aio::ConnectionManager;
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    FailurePolicy, RedisAlgorithm, RedisFixedWindow, RedisLimiter, RedisOptions, RedisSlidingLog,
-    RedisTokenBucket,
+    all, FailurePolicy, RedisAlgorithm, RedisFixedWindow, RedisLimiter, RedisOptions,
+    RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::Rate;
 
@@ -64,7 +70,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let rows = runtime.block_on(measure_all(&server.url()));
+    let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
     println!();
     println!("Decisions per second (and share of the floor):");
     println!();
@@ -98,9 +104,35 @@ fn main() {
             .collect();
         println!("| {tasks} | {} |", cells.join(" | "));
     }
+    println!();
+    println!("Two limits per request, a token bucket and a fixed window, each on the task's key:");
+    println!();
+    println!("| tasks | two calls, one after the other: decisions/s; µs each; µs in Redis | `all([bucket, window])`: decisions/s; µs each; µs in Redis | `all` / two calls, decisions/s |");
+    println!("| --- | --- | --- | --- |");
+    for (tasks, [separate, together]) in &pairs {
+        let cell = |measured: Measured| {
+            format!(
+                "{}; {:.1}; {:.2}",
+                thousands(measured.per_second),
+                // Each task waits for its decisions one at a time.
+                *tasks as f64 * 1e6 / measured.per_second,
+                measured.redis_micros
+            )
+        };
+        println!(
+            "| {tasks} | {} | {} | {:.2} |",
+            cell(*separate),
+            cell(*together),
+            together.per_second / separate.per_second
+        );
+    }
 }
 
-async fn measure_all(url: &str) -> Vec<(usize, [Measured; 4])> {
+/// Each number of tasks with its figures: one limit per request (the floor and each
+/// limiter), and two (asked one after the other, and together through `all`).
+type Rows = (Vec<(usize, [Measured; 4])>, Vec<(usize, [Measured; 2])>);
+
+async fn measure_all(url: &str) -> Rows {
     let client = Client::open(url).expect("a valid URL");
     let connection = ConnectionManager::new(client.clone())
         .await
@@ -152,7 +184,28 @@ async fn measure_all(url: &str) -> Vec<(usize, [Measured; 4])> {
         let log = run_limiter("sliding log", tasks, &admin, &log).await;
         rows.push((tasks, [floor, bucket, window, log]));
     }
-    rows
+    let mut pairs = Vec::new();
+    for tasks in TASKS {
+        let (first, second) = (bucket.clone(), window.clone());
+        let separate = run("two calls", tasks, &admin, &["evalsha"], move |task| {
+            let (first, second) = (first.clone(), second.clone());
+            async move {
+                let key = format!("user-{task}");
+                first.try_acquire(&key, 1).await.expect("granted");
+                second.try_acquire(&key, 1).await.expect("granted");
+            }
+        })
+        .await;
+        let (first, second) = (bucket.clone(), window.clone());
+        let together = run("all", tasks, &admin, &["evalsha"], move |task| {
+            let key = format!("user-{task}");
+            let limits = all([first.member(&key), second.member(&key)]);
+            async move { limits.try_acquire(1).await.expect("granted") }
+        })
+        .await;
+        pairs.push((tasks, [separate, together]));
+    }
+    (rows, pairs)
 }
 
 async fn run_limiter<A: RedisAlgorithm>(

@@ -25,7 +25,8 @@
 //! a year holds.
 //!
 //! **A strict FIFO queue.** Requests that cannot be served at once queue in order; each
-//! queued request holds the sending half of a oneshot channel. A large request at the
+//! queued request holds only its task's waker, and learns its outcome by reading what the
+//! bucket decided, without the lock when it was a grant. A large request at the
 //! head is served before any smaller one behind it, so it is never starved, and
 //! [`try_take`](TokenBucket::try_take) never jumps the queue.
 //!

@@ -3,15 +3,19 @@
 //! books are checked at the end of each.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" cargo test --lib --release loom_`. Under `--cfg loom` the lock,
-//! the atomics and the oneshot channels are loom's (see `sync/mod.rs`), the clock stands
+//! `RUSTFLAGS="--cfg loom" cargo test --lib --release loom_`. Under `--cfg loom` the lock
+//! and the atomics are loom's (see `sync/mod.rs`), the clock stands
 //! still at what each test sets, and there is no tokio runtime: a modelled thread calling
 //! the refill task's own `serve_and_plan` plays the refill task.
 
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::noop_waker_ref;
 use loom::future::block_on;
 use loom::thread;
 
@@ -23,8 +27,8 @@ use crate::clock::{model_time, NEVER};
 use crate::error::{TakeError, TryTakeError};
 use crate::limiter::Limiter;
 use crate::rate::Rate;
-use crate::sync::oneshot;
 use crate::window::FixedWindow;
+use crate::Take;
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -94,11 +98,64 @@ fn on_thread<T: Send + 'static>(
     thread::spawn(move || work(&bucket))
 }
 
+/// Queues `request` for a waiter that is not polling yet (its waker does nothing).
+fn queue(bucket: &TokenBucket, request: Request) -> WaiterId {
+    bucket
+        .begin(request, noop_waker_ref())
+        .unwrap()
+        .expect("queued")
+}
+
+/// Waits for waiter `id`'s outcome, polling as its future does (a grant read here is not
+/// acknowledged: the caller does that where it matters).
+fn outcome_of(bucket: &TokenBucket, id: WaiterId) -> Outcome {
+    let mut registered = None;
+    block_on(poll_fn(|cx| bucket.poll_outcome(id, &mut registered, cx)))
+}
+
+/// A `take(tokens)` future polled once, by a task whose waker does nothing: queued.
+fn queued_take(bucket: &TokenBucket, tokens: u64) -> Take {
+    let mut take = bucket.take(tokens);
+    let polled = Pin::new(&mut take).poll(&mut Context::from_waker(noop_waker_ref()));
+    assert!(polled.is_pending(), "{polled:?}");
+    take
+}
+
+/// Polls `inner` once more as soon as its first poll is pending, by the same task: that
+/// second poll finds its waker registered and reads the outcome without the lock.
+struct PolledTwice<F> {
+    inner: F,
+    polls: usize,
+}
+
+impl<F: Future + Unpin> Future for PolledTwice<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let polled = Pin::new(&mut self.inner).poll(cx);
+        self.polls += 1;
+        if polled.is_pending() && self.polls == 1 {
+            cx.waker().wake_by_ref();
+        }
+        polled
+    }
+}
+
 /// What the refill task does when it wakes: serve at the current instant, then deliver
 /// the outcomes after releasing the lock.
 fn refill_wakes(bucket: &TokenBucket) {
-    let mut deliveries = Vec::new();
-    refill::serve_and_plan(&Arc::downgrade(bucket.shared()), &mut deliveries);
+    let mut wakers = Vec::new();
+    refill::serve_and_plan(&Arc::downgrade(bucket.shared()), &mut wakers);
+}
+
+/// A bucket of 1, empty at 0, with a `take(1)` queued; the clock at 1 s, when its token
+/// accrues, and the refill task waking on another thread to grant it.
+fn queued_as_the_refill_task_grants() -> (TokenBucket, Take, thread::JoinHandle<()>) {
+    let bucket = bucket(1, 0);
+    let waiter = queued_take(&bucket, 1);
+    set_time(SECOND);
+    let refill = on_thread(&bucket, refill_wakes);
+    (bucket, waiter, refill)
 }
 
 /// Token accounting: two threads race `try_take` for the one token there. Exactly one
@@ -123,12 +180,12 @@ fn loom_racing_try_takes_grant_each_token_once() {
 
 /// The hand-off: a queued waiter is granted by the refill task while a `try_take` races
 /// for the same token. FIFO holds (the `try_take` never jumps the waiter) and the waiter
-/// hears its grant.
+/// reads its grant.
 #[test]
 fn loom_refill_task_hands_a_grant_to_a_waiter() {
     model(|| {
         let bucket = bucket(1, 0);
-        let (_, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        let id = queue(&bucket, take(1));
         set_time(SECOND);
         let refill = on_thread(&bucket, refill_wakes);
         let jumper = on_thread(&bucket, |bucket| bucket.try_take(1));
@@ -137,7 +194,7 @@ fn loom_refill_task_hands_a_grant_to_a_waiter() {
             Err(TryTakeError::Insufficient { .. })
         ));
         refill.join().unwrap();
-        assert!(matches!(block_on(receiver), Ok(Outcome::Granted)));
+        assert_eq!(outcome_of(&bucket, id), Outcome::Granted);
         let stats = bucket.stats();
         assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
     });
@@ -150,33 +207,65 @@ fn loom_refill_task_hands_a_grant_to_a_waiter() {
 fn loom_a_newcomer_at_the_instant_a_token_accrues_never_jumps_the_queue() {
     model(|| {
         let bucket = bucket(1, 0);
-        let (_, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        let id = queue(&bucket, take(1));
         let clock = thread::spawn(|| set_time(SECOND));
         let newcomer = on_thread(&bucket, |bucket| bucket.try_take(1));
         clock.join().unwrap();
         assert!(newcomer.join().unwrap().is_err());
         refill_wakes(&bucket);
-        assert!(matches!(block_on(receiver), Ok(Outcome::Granted)));
+        assert_eq!(outcome_of(&bucket, id), Outcome::Granted);
         let stats = bucket.stats();
         assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
     });
 }
 
 /// Cancellation racing a grant: the waiter's future is dropped while the refill task
-/// grants it and sends the grant after releasing the lock. Whichever comes first, the
-/// token ends up back in the bucket, never taken and never lost.
+/// grants it and wakes it after releasing the lock. Whichever comes first, the token ends
+/// up back in the bucket, never taken and never lost, and the word is handed back.
 #[test]
 fn loom_a_waiter_dropped_while_granted_gives_the_token_back() {
     model(|| {
-        let bucket = bucket(1, 0);
-        let (id, mut receiver) = bucket.begin(take(1)).unwrap().expect("queued");
-        set_time(SECOND);
-        let refill = on_thread(&bucket, refill_wakes);
-        bucket.leave(id, &mut receiver, take(1), Leaving::Dropped);
-        drop(receiver);
+        let (bucket, waiter, refill) = queued_as_the_refill_task_grants();
+        drop(waiter);
         refill.join().unwrap();
-        let stats = bucket.stats();
-        assert_eq!((stats.taken, stats.available, stats.queued), (0, 1, 0));
+        assert_handed_back(&bucket, SECOND, 0, 1);
+    });
+}
+
+/// The new wake path: a waiter polled pending (once under the lock, registering its
+/// waker, then once more without it, finding that waker registered) races the refill
+/// task's grant and wake-up. However they interleave, the waiter is woken and reads its
+/// grant (a lost wake-up would leave it parked, which loom reports), and once it has the
+/// word is handed back.
+#[test]
+fn loom_a_waiter_polled_pending_racing_its_grant_is_woken() {
+    model(|| {
+        let (bucket, waiter, refill) = queued_as_the_refill_task_grants();
+        let result = block_on(PolledTwice {
+            inner: waiter,
+            polls: 0,
+        });
+        assert_eq!(result, Ok(()));
+        refill.join().unwrap();
+        assert_handed_back(&bucket, SECOND, 1, 0);
+    });
+}
+
+/// A waiter polled (under the lock, then without it) and then dropped, racing its grant:
+/// it either read the grant and keeps the token, or its drop undoes the grant; the books
+/// balance and the word is handed back either way.
+#[test]
+fn loom_a_waiter_polled_then_dropped_racing_its_grant_keeps_the_books() {
+    model(|| {
+        let (bucket, mut waiter, refill) = queued_as_the_refill_task_grants();
+        let mut cx = Context::from_waker(noop_waker_ref());
+        let first = Pin::new(&mut waiter).poll(&mut cx);
+        let second = Pin::new(&mut waiter).poll(&mut cx);
+        let granted = [first, second].contains(&Poll::Ready(Ok(())));
+        drop(waiter);
+        refill.join().unwrap();
+        let taken = u64::from(granted);
+        assert_handed_back(&bucket, SECOND, taken, 1 - taken);
     });
 }
 
@@ -187,10 +276,10 @@ fn loom_a_waiter_dropped_while_granted_gives_the_token_back() {
 fn loom_a_deadline_racing_a_grant_keeps_the_books() {
     model(|| {
         let bucket = bucket(1, 0);
-        let (id, mut receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        let id = queue(&bucket, take(1));
         set_time(SECOND);
         let refill = on_thread(&bucket, refill_wakes);
-        let outcome = bucket.leave(id, &mut receiver, take(1), Leaving::DeadlinePassed);
+        let outcome = bucket.leave(id, take(1), Leaving::DeadlinePassed);
         refill.join().unwrap();
         let stats = bucket.stats();
         match outcome {
@@ -209,14 +298,14 @@ fn loom_a_deadline_racing_a_grant_keeps_the_books() {
 fn loom_grants_follow_the_queue_order() {
     model(|| {
         let bucket = bucket(2, 0);
-        let (_, first) = bucket.begin(take(2)).unwrap().expect("queued");
-        let (second_id, mut second) = bucket.begin(take(1)).unwrap().expect("queued");
+        let first = queue(&bucket, take(2));
+        let second = queue(&bucket, take(1));
         let refunder = on_thread(&bucket, |bucket| bucket.refund(2));
         let refill = on_thread(&bucket, refill_wakes);
-        let second_outcome = bucket.leave(second_id, &mut second, take(1), Leaving::DeadlinePassed);
+        let second_outcome = bucket.leave(second, take(1), Leaving::DeadlinePassed);
         refunder.join().unwrap();
         refill.join().unwrap();
-        assert!(matches!(block_on(first), Ok(Outcome::Granted)));
+        assert_eq!(outcome_of(&bucket, first), Outcome::Granted);
         assert!(second_outcome.is_none(), "{second_outcome:?}");
         let stats = bucket.stats();
         assert_eq!((stats.taken, stats.available, stats.queued), (2, 0, 0));
@@ -261,11 +350,11 @@ fn loom_close_racing_a_take_never_strands_it() {
     model(|| {
         let bucket = bucket(1, 0);
         let closer = on_thread(&bucket, |bucket| bucket.close());
-        let result = match bucket.begin(take(1)) {
+        let result = match bucket.begin(take(1), noop_waker_ref()) {
             Ok(None) => Ok(()),
-            Ok(Some((_, receiver))) => match block_on(receiver) {
-                Ok(Outcome::Closed) => Err(TakeError::Closed),
-                other => panic!("a queued take heard {other:?}"),
+            Ok(Some(id)) => match outcome_of(&bucket, id) {
+                Outcome::Closed => Err(TakeError::Closed),
+                other => panic!("a queued take read {other:?}"),
             },
             Err(error) => Err(error),
         };
@@ -288,7 +377,7 @@ fn loom_a_fast_taker_never_passes_a_waiter() {
         let queued = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&queued);
         let waiter = on_thread(&bucket, move |bucket| {
-            let begun = bucket.begin(take(1)).unwrap();
+            let begun = bucket.begin(take(1), noop_waker_ref()).unwrap();
             flag.store(true, loom::sync::atomic::Ordering::SeqCst);
             begun
         });
@@ -386,13 +475,13 @@ fn assert_handed_back(bucket: &TokenBucket, now: u64, taken: u64, available: u64
 
 /// A bucket of 2, empty at 0, whose one waiter the refill task granted 1 token at 1 s;
 /// the clock stands at 2 s, another token accrued, and the grant is not read yet.
-fn granted_unseen_a_second_ago() -> (TokenBucket, WaiterId, oneshot::Receiver<Outcome>) {
+fn granted_unseen_a_second_ago() -> (TokenBucket, WaiterId) {
     let bucket = bucket(2, 0);
-    let (id, receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+    let id = queue(&bucket, take(1));
     set_time(SECOND);
     refill_wakes(&bucket);
     set_time(2 * SECOND);
-    (bucket, id, receiver)
+    (bucket, id)
 }
 
 /// A waiter reading its grant races a taker: while the grant is unseen every take goes
@@ -401,10 +490,9 @@ fn granted_unseen_a_second_ago() -> (TokenBucket, WaiterId, oneshot::Receiver<Ou
 #[test]
 fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
     model(|| {
-        let (bucket, _, receiver) = granted_unseen_a_second_ago();
+        let (bucket, id) = granted_unseen_a_second_ago();
         let waiter = on_thread(&bucket, move |bucket| {
-            let outcome = block_on(receiver);
-            assert!(matches!(outcome, Ok(Outcome::Granted)), "{outcome:?}");
+            assert_eq!(outcome_of(bucket, id), Outcome::Granted);
             bucket.acknowledge_grant();
         });
         assert_eq!(bucket.try_take(1), Ok(()));
@@ -420,16 +508,15 @@ fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
 #[test]
 fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
     model(|| {
-        let (bucket, id, mut receiver) = granted_unseen_a_second_ago();
+        let (bucket, id) = granted_unseen_a_second_ago();
         let taker = on_thread(&bucket, |bucket| bucket.try_take(1));
-        bucket.leave(id, &mut receiver, take(1), Leaving::Dropped);
-        drop(receiver);
+        bucket.leave(id, take(1), Leaving::Dropped);
         assert_eq!(taker.join().unwrap(), Ok(()));
         assert_handed_back(&bucket, 2 * SECOND, 1, 1);
     });
 }
 
-/// A grant sent under the lock (by a waiter behind it leaving, which serves first) can be
+/// A grant decided under the lock (by a waiter behind it leaving, which serves first) can be
 /// read and acknowledged before the leaving waiter's release adds it to the count: the
 /// count dips below zero for a moment, and the word is still handed back exactly once
 /// nobody is unseen or queued.
@@ -437,15 +524,14 @@ fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
 fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
     model(|| {
         let bucket = bucket(2, 0);
-        let (_, first) = bucket.begin(take(1)).unwrap().expect("queued");
-        let (second_id, mut second) = bucket.begin(take(1)).unwrap().expect("queued");
+        let first = queue(&bucket, take(1));
+        let second = queue(&bucket, take(1));
         set_time(SECOND);
         let waiter = on_thread(&bucket, move |bucket| {
-            let outcome = block_on(first);
-            assert!(matches!(outcome, Ok(Outcome::Granted)), "{outcome:?}");
+            assert_eq!(outcome_of(bucket, first), Outcome::Granted);
             bucket.acknowledge_grant();
         });
-        let left = bucket.leave(second_id, &mut second, take(1), Leaving::Dropped);
+        let left = bucket.leave(second, take(1), Leaving::Dropped);
         assert!(left.is_none(), "{left:?}");
         waiter.join().unwrap();
         assert_handed_back(&bucket, SECOND, 1, 0);
@@ -468,13 +554,12 @@ fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_fo
             .initial(0)
             .build()
             .unwrap();
-        let (id, mut receiver) = bucket.begin(take(1)).unwrap().expect("queued");
+        let id = queue(&bucket, take(1));
         set_time(SECOND);
         refill_wakes(&bucket);
         set_time(2 * SECOND);
         let taker = on_thread(&bucket, |bucket| bucket.try_take(1));
-        bucket.leave(id, &mut receiver, take(1), Leaving::Dropped);
-        drop(receiver);
+        bucket.leave(id, take(1), Leaving::Dropped);
         assert_eq!(taker.join().unwrap(), Ok(()));
         let held: Vec<u64> = (bucket.limit_stats().iter())
             .map(|limit| limit.available)

@@ -44,7 +44,8 @@ async fn take_with_tokens_there_does_not_allocate() {
         assert!(matches!(poll, std::task::Poll::Ready(Ok(()))));
         assert_eq!(allocations(), before, "the fast path allocated");
     }
-    // A request that has to queue does allocate (its channel): the counter works.
+    // A request that has to queue does allocate (its place in the queue, the refill
+    // task): the counter works.
     let before = allocations();
     let mut take = std::pin::pin!(bucket.take(100));
     assert!(std::future::Future::poll(take.as_mut(), &mut waker_context).is_pending());

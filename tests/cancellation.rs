@@ -294,6 +294,51 @@ async fn a_grant_dropped_unseen_gives_back_only_what_the_bucket_had_room_for() {
     assert_eq!(bucket.stats().taken, 1);
 }
 
+/// Two grants dropped unseen come back as if neither had been made, in either order of
+/// the drops: each alone measured on what the bucket really held would count twice the
+/// room the other's tokens have filled since.
+#[tokio::test(start_paused = true)]
+async fn two_grants_dropped_unseen_come_back_as_if_neither_was_made_in_either_order() {
+    for first_dropped in [0, 1] {
+        // Capacity 10 at 1 per second, empty: `a` takes 5 at 5 s and `b` 5 at 10 s, both
+        // unseen; a try_take(3) at 13 s takes what accrued since. Without either grant the
+        // bucket is full from 10 s, holds 7 after the try_take and 8 at 14 s, the drops.
+        let bucket = empty_bucket(Rate::per_second(1), 10);
+        let start = Instant::now();
+        let mut a = tokio_test::task::spawn(bucket.take(5));
+        tokio_test::assert_pending!(a.poll());
+        let b = granted_unseen(&bucket, 5, start, secs(10)).await;
+        assert!(a.is_woken(), "a was granted at 5 s");
+        tokio::time::sleep_until(start + secs(13)).await;
+        assert_eq!(bucket.try_take(3), Ok(()));
+        tokio::time::sleep_until(start + secs(14)).await;
+        let mut waiters = [Some(a), Some(b)];
+        drop(waiters[first_dropped].take());
+        drop(waiters[1 - first_dropped].take());
+        assert_holds(&bucket, 8, secs(1));
+        assert_eq!(bucket.stats().taken, 3, "dropped {first_dropped} first");
+    }
+}
+
+/// A refund between a grant and its unseen drop: the history without the grant was full
+/// after the refund, so only what fills the bucket comes back.
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_after_a_refund_gives_back_only_up_to_full() {
+    // Capacity 4 at 1 per second, empty: 3 granted at 3 s, unseen; 2 refunded at 3.5 s
+    // (2.5 held); dropped at 4 s, when 3 are held. Without the grant: 3 at 3 s, 5.5 capped
+    // to 4 by the refund, 4 at 4 s. One comes back, not three.
+    let bucket = empty_bucket(Rate::per_second(1), 4);
+    let start = Instant::now();
+    let waiter = granted_unseen(&bucket, 3, start, secs(3)).await;
+    tokio::time::sleep_until(start + ms(3_500)).await;
+    bucket.refund(2);
+    tokio::time::sleep_until(start + secs(4)).await;
+    drop(waiter);
+    assert_eq!(bucket.available(), 4);
+    assert_eq!(bucket.try_take(4), Ok(()));
+    assert_holds(&bucket, 0, secs(1));
+}
+
 /// The same in lockstep with the reference model: a grant made at 1.5 ms and dropped
 /// unseen at the 2 ms tick, while a second take of 2 waits behind it, gives back only
 /// what the bucket had room for; the second is served at once and nothing more can be

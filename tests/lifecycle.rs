@@ -643,8 +643,8 @@ fn waiter_carried_into_a_new_runtime_is_served_once_the_bucket_is_touched() {
 }
 
 /// The same, with nobody else touching the bucket: when runtime A shuts down, the dying
-/// refill task hands the waiter a new channel, and its first poll in runtime B starts a
-/// refill task there.
+/// refill task wakes the waiter, and its first poll in runtime B starts a refill task
+/// there.
 #[test]
 fn waiter_carried_into_a_new_runtime_is_served_on_its_own() {
     let (bucket, waiter) = waiter_queued_in_a_dropped_runtime();

@@ -2,13 +2,14 @@
 //! [`wait`](crate::TokenBucket::wait) and their timeout forms.
 //!
 //! All four share one state machine, [`Acquire`]: on the first poll the request is served
-//! at once, refused at once, or queued with the receiving half of a oneshot channel;
-//! later polls read that channel. The timeout forms add a tokio timer for the deadline.
+//! at once, refused at once, or queued with its task's waker; later polls read the
+//! outcome the bucket decided (see `outcomes.rs`). The timeout forms add a tokio timer for
+//! the deadline.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 
 use futures::future::FusedFuture;
 use pin_project::pin_project;
@@ -18,7 +19,6 @@ use crate::bucket::queue::{Outcome, Request, WaiterId};
 use crate::bucket::state::Leaving;
 use crate::bucket::TokenBucket;
 use crate::error::TakeError;
-use crate::sync::oneshot;
 
 /// Where a request stands.
 enum Phase {
@@ -27,7 +27,9 @@ enum Phase {
     /// In the queue, waiting for its outcome.
     Queued {
         id: WaiterId,
-        receiver: oneshot::Receiver<Outcome>,
+        /// The waker last registered in the queue entry by a later poll (not the first),
+        /// so that a poll by the same task need not take the lock.
+        registered: Option<Waker>,
     },
     /// Completed; further polls return `Pending`, as a fused future does.
     Done,
@@ -53,11 +55,18 @@ impl Acquire {
     #[inline]
     fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
         if let Phase::Idle = self.phase {
-            match self.bucket.begin(self.request) {
-                Ok(None) => return self.finish(Ok(())),
-                Ok(Some((id, receiver))) => self.phase = Phase::Queued { id, receiver },
-                Err(error) => return self.finish(Err(error)),
-            }
+            return match self.bucket.begin(self.request, cx.waker()) {
+                Ok(None) => self.finish(Ok(())),
+                Ok(Some(id)) => {
+                    // Queued with this poll's waker; a refill task runs (`begin` made sure).
+                    self.phase = Phase::Queued {
+                        id,
+                        registered: None,
+                    };
+                    Poll::Pending
+                }
+                Err(error) => self.finish(Err(error)),
+            };
         }
         self.poll_queued(cx)
     }
@@ -66,33 +75,10 @@ impl Acquire {
     /// (the common case) never comes here.
     #[inline(never)]
     fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { receiver, .. } = &mut self.phase else {
+        let Phase::Queued { id, registered } = &mut self.phase else {
             return Poll::Pending;
         };
-        let outcome = loop {
-            // Most polls come once the outcome is in: read it without registering a waker
-            // or spending tokio's cooperative budget.
-            let received = match receiver.try_recv() {
-                Ok(outcome) => Poll::Ready(Ok(outcome)),
-                Err(_) => Pin::new(&mut *receiver).poll(cx),
-            };
-            match received {
-                Poll::Ready(Ok(Outcome::Requeued(next))) => {
-                    // Our refill task died with its runtime: keep the place, listen on
-                    // the new channel, and make sure a task serves us from this runtime.
-                    *receiver = next;
-                    self.bucket.keep_serving();
-                }
-                // The sender is only dropped unsent by this future's own `leave`, or
-                // when the bucket itself is gone, which a live handle rules out: read
-                // that as closed.
-                Poll::Ready(outcome) => break outcome.unwrap_or(Outcome::Closed),
-                Poll::Pending => {
-                    self.bucket.keep_serving();
-                    return Poll::Pending;
-                }
-            }
-        };
+        let outcome = ready!(self.bucket.poll_outcome(*id, registered, cx));
         if matches!(outcome, Outcome::Granted) && self.request.consumes() > 0 {
             // Seen: dropping this future can no longer undo it.
             self.bucket.acknowledge_grant();
@@ -102,12 +88,10 @@ impl Acquire {
 
     /// The deadline passed: leave the queue, unless the tokens came in time.
     fn expire(&mut self) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { id, receiver } = &mut self.phase else {
+        let Phase::Queued { id, .. } = self.phase else {
             return Poll::Pending;
         };
-        let outcome = self
-            .bucket
-            .leave(*id, receiver, self.request, Leaving::DeadlinePassed);
+        let outcome = self.bucket.leave(id, self.request, Leaving::DeadlinePassed);
         self.finish(outcome.map_or(Err(TakeError::Timeout), result_of))
     }
 
@@ -125,9 +109,8 @@ impl Acquire {
 impl Drop for Acquire {
     #[inline]
     fn drop(&mut self) {
-        if let Phase::Queued { id, receiver } = &mut self.phase {
-            self.bucket
-                .leave(*id, receiver, self.request, Leaving::Dropped);
+        if let Phase::Queued { id, .. } = self.phase {
+            self.bucket.leave(id, self.request, Leaving::Dropped);
         }
     }
 }
@@ -146,13 +129,12 @@ impl fmt::Debug for Acquire {
     }
 }
 
-/// The result a final outcome means. `Requeued` is not final: callers follow it before
-/// asking.
+/// The result an outcome means.
 fn result_of(outcome: Outcome) -> Result<(), TakeError> {
     match outcome {
         Outcome::Granted => Ok(()),
         Outcome::TimedOut => Err(TakeError::Timeout),
-        Outcome::Closed | Outcome::Requeued(_) => Err(TakeError::Closed),
+        Outcome::Closed => Err(TakeError::Closed),
         Outcome::RefillFailed => Err(TakeError::RefillFailed),
         Outcome::ExceedsCapacity {
             requested,

@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::channel::oneshot as signal;
@@ -16,15 +16,16 @@ use tokio::runtime::Handle;
 use crate::bucket::builder::Builder;
 use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
-use crate::bucket::queue::{Delivery, Kind, Outcome, Request, WaiterId};
+use crate::bucket::outcomes::{Published, Read};
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
-use crate::bucket::state::{self, Admission, Leaving, Settings, State};
+use crate::bucket::state::{Admission, Leaving, Settings, State};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
-use crate::sync::{oneshot, AtomicBool, AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
 pub(crate) struct Shared {
@@ -33,6 +34,9 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Grants delivered to waiters and not yet read; see `unseen.rs`.
     unseen: Unseen,
+    /// The outcomes decided for waiters, as they read them without the lock; see
+    /// `outcomes.rs`.
+    published: Published,
     pub(crate) clock: Clock,
     /// Nudges the refill task to plan again.
     pub(crate) refill_signal: Arc<refill::Nudge>,
@@ -74,6 +78,7 @@ enum CloseWatch {
 pub(crate) struct Locked<'a> {
     fast: &'a FastPath,
     unseen: &'a Unseen,
+    published: &'a Published,
     state: MutexGuard<'a, State>,
 }
 
@@ -93,7 +98,12 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        debug_assert!(
+            !self.state.has_wakers(),
+            "waiters told their outcomes must be woken once the lock is released"
+        );
         self.state.flush_tally(&self.fast.counters);
+        self.state.publish_outcomes(self.published);
         self.state.settle_unseen(self.unseen);
         if let Some(limit) = self.state.idle_limit() {
             self.fast.publish(&limit.ledger, limit.rate, limit.capacity);
@@ -116,6 +126,7 @@ impl Shared {
         Locked {
             fast: &self.fast,
             unseen: &self.unseen,
+            published: &self.published,
             state,
         }
     }
@@ -136,16 +147,16 @@ impl Shared {
     }
 
     /// Runs `change` on the state at `now`, then nudges the refill task if the change
-    /// made something due sooner than it planned for (or closed the bucket), and sends
-    /// the outcomes decided once the lock is released.
+    /// made something due sooner than it planned for (or closed the bucket), and wakes
+    /// the waiters whose outcomes it decided once the lock is released.
     fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
         let mut state = self.lock(now);
         let result = change(&mut state, now);
         if state.refill_needs_nudge() {
             self.refill_signal.notify_one();
         }
-        if state.has_deliveries() {
-            self.unlock_and_deliver(state, Vec::new());
+        if state.has_wakers() {
+            self.unlock_and_wake(state, Vec::new());
         }
         result
     }
@@ -162,30 +173,18 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Releases the lock, then sends the outcomes decided under it. Returns the emptied
-    /// vector, so that a caller that serves often (the refill task) reuses its capacity.
-    pub(crate) fn unlock_and_deliver<'a>(
+    /// Releases the lock, then wakes the waiters whose outcomes were decided under it.
+    /// Returns the emptied vector, so that a caller that serves often (the refill task)
+    /// reuses its capacity.
+    pub(crate) fn unlock_and_wake<'a>(
         &'a self,
         mut state: Locked<'a>,
-        mut deliveries: Vec<Delivery>,
-    ) -> Vec<Delivery> {
-        loop {
-            state.swap_deliveries(&mut deliveries);
-            drop(state);
-            let undelivered = state::deliver(&mut deliveries);
-            if undelivered == 0 {
-                return deliveries;
-            }
-            // Rare: a waiter left between the decision and the send.
-            state = self.lock(self.clock.now());
-            state.undelivered(undelivered);
-            if state.refill_needs_nudge() {
-                self.refill_signal.notify_one();
-            }
-            if !state.has_deliveries() {
-                return deliveries;
-            }
-        }
+        mut wakers: Vec<Waker>,
+    ) -> Vec<Waker> {
+        state.swap_wakers(&mut wakers);
+        drop(state);
+        wakers.drain(..).for_each(Waker::wake);
+        wakers
     }
 }
 
@@ -249,13 +248,10 @@ pub struct TokenBucket {
     shared: Arc<Shared>,
 }
 
-/// What [`TokenBucket::begin`] did with a request on its first poll.
-pub(crate) type Queued = (WaiterId, oneshot::Receiver<Outcome>);
-
 /// A decision of [`TokenBucket::begin`], made under the bucket's lock.
 enum Begun {
     Granted,
-    Queued(Queued),
+    Queued(WaiterId),
     /// It must wait in a runtime whose timer is not checked yet: check, then decide again.
     MustCheckTimer,
 }
@@ -314,6 +310,7 @@ impl TokenBucket {
                 fast,
                 state: Mutex::new(state),
                 unseen: Unseen::new(),
+                published: Published::new(),
                 clock,
                 refill_signal: Arc::default(),
                 refill_running: AtomicBool::new(false),
@@ -404,6 +401,11 @@ impl TokenBucket {
     /// held do not come back: if it filled up at some moment since `g`, nothing does.
     /// When several grants are dropped unseen, each comes back as if none of them had
     /// been made. A grant dropped after more than 1,024 later ones gives nothing back.
+    ///
+    /// Until a granted future is polled or dropped, every operation on the bucket takes
+    /// its lock (to see every take, in case the grant is undone): poll or drop a `Take`
+    /// soon after its task is woken. One kept unpolled for good (`mem::forget`, or stored
+    /// and never polled again) keeps the bucket correct but on its slower path.
     ///
     /// # Examples
     ///
@@ -921,14 +923,19 @@ impl TokenBucket {
         self.shared.update(now, change)
     }
 
-    /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(..))` when queued.
+    /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(id))` when queued,
+    /// to be woken through `waker` once its outcome is decided.
     ///
     /// # Panics
     ///
     /// When the request must wait inside a tokio runtime without a timer (see
     /// [`clock::require_timer`]).
     #[inline]
-    pub(crate) fn begin(&self, request: Request) -> Result<Option<Queued>, TakeError> {
+    pub(crate) fn begin(
+        &self,
+        request: Request,
+        waker: &Waker,
+    ) -> Result<Option<WaiterId>, TakeError> {
         let now = self.shared.clock.now();
         let served_now = match request.kind {
             Kind::Take => self.shared.fast.take_now(request.tokens, now),
@@ -937,17 +944,24 @@ impl TokenBucket {
         if served_now {
             return Ok(None);
         }
-        self.begin_locked(request, now)
+        self.begin_locked(request, waker, now)
     }
 
     /// `begin` when the word sends the request to the lock: to be served, refused or
     /// queued there. Out of line, as `try_take_locked` is.
     #[inline(never)]
-    fn begin_locked(&self, request: Request, now: u64) -> Result<Option<Queued>, TakeError> {
+    fn begin_locked(
+        &self,
+        request: Request,
+        waker: &Waker,
+        now: u64,
+    ) -> Result<Option<WaiterId>, TakeError> {
+        // The instant the fast path was asked at: reading the clock again (it costs a
+        // quarter of what queueing a waiter does) would change nothing but the cost.
+        let mut at = now;
         let mut timer_checked = false;
-        let mut now = now;
         loop {
-            let begun = self.update_at(now, |state, now| {
+            let begun = self.update_at(at, |state, now| {
                 if state.admit(request, now)? == Admission::Granted {
                     return Ok(Begun::Granted);
                 }
@@ -961,17 +975,17 @@ impl TokenBucket {
                     return Ok(Begun::MustCheckTimer);
                 }
                 refill::ensure_running(&self.shared, state)?;
-                Ok(Begun::Queued(state.enqueue(request)))
+                Ok(Begun::Queued(state.enqueue(request, waker.clone())))
             })?;
             match begun {
                 Begun::Granted => return Ok(None),
-                Begun::Queued(queued) => return Ok(Some(queued)),
+                Begun::Queued(id) => return Ok(Some(id)),
                 Begun::MustCheckTimer => {
                     // Outside the lock: a panic under it would drop the outcomes due to
                     // other waiters. Then decide again, as the bucket may have moved on.
                     clock::require_timer();
                     timer_checked = true;
-                    now = self.shared.clock.now();
+                    at = self.shared.clock.now();
                 }
             }
         }
@@ -1002,15 +1016,55 @@ impl TokenBucket {
         }
     }
 
-    /// A queued request leaves early; see [`State::leave`].
-    pub(crate) fn leave(
+    /// Polls queued waiter `id` for its outcome. `registered` is the waker this future
+    /// last registered in its queue entry, if any: a poll by the same task finds out that
+    /// it is still queued without the lock.
+    #[inline]
+    pub(crate) fn poll_outcome(
         &self,
         id: WaiterId,
-        receiver: &mut oneshot::Receiver<Outcome>,
-        request: Request,
-        why: Leaving,
-    ) -> Option<Outcome> {
-        self.update(|state, now| state.leave(id, receiver, request, why, now))
+        registered: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Outcome> {
+        match self.shared.published.read(id) {
+            Read::Granted => return Poll::Ready(Outcome::Granted),
+            Read::Queued
+                if registered
+                    .as_ref()
+                    .is_some_and(|waker| waker.will_wake(cx.waker())) =>
+            {
+                self.keep_serving();
+                return Poll::Pending;
+            }
+            Read::Queued | Read::Unknown => {}
+        }
+        self.poll_outcome_locked(id, registered, cx)
+    }
+
+    /// `poll_outcome` when the outcome is not a grant, or the waker must be registered.
+    #[inline(never)]
+    fn poll_outcome_locked(
+        &self,
+        id: WaiterId,
+        registered: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Outcome> {
+        let decided = self
+            .shared
+            .lock(self.shared.clock.now())
+            .poll_outcome(id, cx.waker());
+        if let Some(outcome) = decided {
+            return Poll::Ready(outcome);
+        }
+        *registered = Some(cx.waker().clone());
+        // The refill task may have died with its runtime (which woke us): start another.
+        self.keep_serving();
+        Poll::Pending
+    }
+
+    /// A queued request leaves early; see [`State::leave`].
+    pub(crate) fn leave(&self, id: WaiterId, request: Request, why: Leaving) -> Option<Outcome> {
+        self.update(|state, now| state.leave(id, request, why, now))
     }
 
     /// A new, full bucket with this one's limits and queue limit.

@@ -333,13 +333,6 @@ impl Limits {
         }
     }
 
-    /// Grants that could not be delivered: their waiters had left.
-    pub(crate) fn undelivered(&mut self, grants: u64) {
-        for limit in self.iter_mut() {
-            limit.unseen.undelivered(grants);
-        }
-    }
-
     /// What this lock section changed in the count of unseen grants (the first limit's;
     /// the others, told the same, are emptied alike).
     #[inline]
@@ -456,8 +449,7 @@ mod tests {
     fn queue_of(requests: &[Request]) -> WaiterQueue {
         let mut queue = WaiterQueue::default();
         for &request in requests {
-            // The receivers are dropped: the entries stay live all the same.
-            let _ = queue.push(request);
+            queue.push(request, futures::task::noop_waker());
         }
         queue
     }

@@ -12,7 +12,9 @@
 //! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
 //!   that keeps each within its own.
 //! - `ledger.rs`: the exact token arithmetic, in integers.
-//! - `queue.rs`: the FIFO queue of waiters and their oneshot channels.
+//! - `queue.rs`: the FIFO queue of waiters and their wakers.
+//! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
+//!   when they can.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
 //! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
 //!   back.
@@ -29,6 +31,7 @@ mod future;
 mod handle;
 mod ledger;
 mod limits;
+mod outcomes;
 pub(crate) mod queue;
 pub(crate) mod refill;
 pub(crate) mod state;

@@ -1,7 +1,9 @@
 //! The FIFO queue of waiters.
 //!
-//! Each waiter is the sending half of a oneshot channel plus its request. A waiter that
-//! gives up is not removed from the middle of the queue; its entry becomes a tombstone,
+//! Each waiter is its request plus the [`Waker`] of the task that polls it: the lock's
+//! holder that decides its outcome takes the waker out and wakes it once the lock is
+//! released, and the waiter reads the outcome from `outcomes.rs`. A waiter that gives up
+//! is not removed from the middle of the queue; its entry becomes a tombstone,
 //! found by id (ids only grow, so a binary search finds it), and is dropped when it
 //! reaches the front. The live counts are updated at once, so a tombstone is invisible to
 //! everything that counts the queue: `queued()`, `retry_after`, the queue limit. Once
@@ -10,12 +12,12 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::task::Waker;
 
 use crate::clock::NEVER;
-use crate::sync::oneshot;
 
-/// What a waiter is told when it leaves the queue, or when it must listen elsewhere.
-#[derive(Debug)]
+/// What a waiter is told when it leaves the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Its tokens were taken for it (or, for a wait, were there).
     Granted,
@@ -27,39 +29,6 @@ pub(crate) enum Outcome {
     RefillFailed,
     /// The capacity was lowered below its request.
     ExceedsCapacity { requested: u64, capacity: u64 },
-    /// The refill task died with its runtime. The waiter keeps its place; its outcome
-    /// will come on this new receiver, and it should start a refill task on its own
-    /// runtime.
-    Requeued(oneshot::Receiver<Outcome>),
-}
-
-/// An outcome decided under the bucket's lock, to be sent once the lock is released:
-/// sending wakes the waiter's task, which may wake a sleeping worker thread, and that
-/// system call should not hold up everyone else waiting for the lock.
-#[derive(Debug)]
-pub(crate) struct Delivery {
-    sender: oneshot::Sender<Outcome>,
-    outcome: Outcome,
-    /// Tokens the outcome took from the bucket, owed back if nobody hears it.
-    consumed: u64,
-}
-
-impl Delivery {
-    pub(crate) fn new(sender: oneshot::Sender<Outcome>, outcome: Outcome, consumed: u64) -> Self {
-        Delivery {
-            sender,
-            outcome,
-            consumed,
-        }
-    }
-
-    /// Tells the waiter. Returns the tokens to give back when its receiver is gone.
-    pub(crate) fn send(self) -> u64 {
-        match self.sender.send(self.outcome) {
-            Ok(()) => 0,
-            Err(_) => self.consumed,
-        }
-    }
 }
 
 /// Whether a request consumes its tokens or only waits for them to be there.
@@ -94,8 +63,8 @@ pub(crate) type WaiterId = u64;
 #[derive(Debug)]
 struct Entry {
     id: WaiterId,
-    /// `None` once the waiter gave up: a tombstone.
-    sender: Option<oneshot::Sender<Outcome>>,
+    /// Wakes the waiter's task; `None` once the waiter left the queue: a tombstone.
+    waker: Option<Waker>,
     request: Request,
 }
 
@@ -146,13 +115,12 @@ impl WaiterQueue {
         self.live_consumption + u128::from(tokens.max(self.wait_peak))
     }
 
-    pub(crate) fn push(&mut self, request: Request) -> (WaiterId, oneshot::Receiver<Outcome>) {
-        let (sender, receiver) = oneshot::channel();
+    pub(crate) fn push(&mut self, request: Request, waker: Waker) -> WaiterId {
         let id = self.next_id;
         self.next_id += 1;
         self.entries.push_back(Entry {
             id,
-            sender: Some(sender),
+            waker: Some(waker),
             request,
         });
         self.live += 1;
@@ -164,7 +132,7 @@ impl WaiterQueue {
         if request.deadline != NEVER {
             self.deadlines.push(Reverse((request.deadline, id)));
         }
-        (id, receiver)
+        id
     }
 
     /// Whether [`expire`](WaiterQueue::expire) has anything to look at: a deadline at or
@@ -176,29 +144,27 @@ impl WaiterQueue {
             .is_some_and(|&Reverse((deadline, _))| deadline <= now)
     }
 
-    /// Takes out every live waiter whose deadline is at or before `now`, returning their
-    /// senders to be told. The caller has served the head up to `now`, so these are
+    /// Takes out every live waiter whose deadline is at or before `now`, handing each one's
+    /// id and waker to `expired`. The caller has served the head up to `now`, so these are
     /// behind a head still waiting: none of them could have been served before its
     /// deadline.
-    pub(crate) fn expire(&mut self, now: u64) -> Vec<oneshot::Sender<Outcome>> {
-        let mut expired = Vec::new();
+    pub(crate) fn expire(&mut self, now: u64, mut expired: impl FnMut(WaiterId, Waker)) {
         while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
             if deadline > now {
                 break;
             }
             self.deadlines.pop();
-            if let Some(sender) = self.take_live(id) {
-                expired.push(sender);
+            if let Some(waker) = self.take_live(id) {
+                expired(id, waker);
             }
         }
-        expired
     }
 
     /// The first live request, dropping tombstones in front of it.
     #[inline]
     pub(crate) fn head(&mut self) -> Option<Request> {
         while let Some(entry) = self.entries.front() {
-            if entry.sender.is_some() {
+            if entry.waker.is_some() {
                 return Some(entry.request);
             }
             self.entries.pop_front();
@@ -207,92 +173,86 @@ impl WaiterQueue {
         None
     }
 
-    /// The id of the head [`head`](WaiterQueue::head) returned.
-    pub(crate) fn head_id(&self) -> Option<WaiterId> {
-        self.entries.front().map(|entry| entry.id)
-    }
-
-    /// Removes the head (which [`head`](WaiterQueue::head) returned) and returns its
-    /// sender, for the caller to tell it its outcome; `None` when it was a tombstone.
-    pub(crate) fn pop_head(&mut self) -> Option<oneshot::Sender<Outcome>> {
+    /// Removes the head (which [`head`](WaiterQueue::head) returned) and returns its id and
+    /// waker, for the caller to decide its outcome and wake it; `None` when it was a
+    /// tombstone.
+    #[inline]
+    pub(crate) fn pop_head(&mut self) -> Option<(WaiterId, Waker)> {
         let entry = self.entries.pop_front()?;
-        let Some(sender) = entry.sender else {
+        let Some(waker) = entry.waker else {
             self.tombstones -= 1;
             return None;
         };
         self.forget(entry.request);
-        Some(sender)
+        Some((entry.id, waker))
     }
 
     /// Makes the live waiter `id` a tombstone, in O(log n). Returns false when it is not
-    /// in the queue (it was already told its outcome).
+    /// in the queue (its outcome was decided).
     pub(crate) fn abandon(&mut self, id: WaiterId) -> bool {
         self.take_live(id).is_some()
     }
 
-    /// Makes the live waiter `id` a tombstone and returns its sender, in O(log n); `None`
-    /// when it is not in the queue.
-    fn take_live(&mut self, id: WaiterId) -> Option<oneshot::Sender<Outcome>> {
+    /// Whether waiter `id` is still queued; if so, `waker` is the one to wake it from now
+    /// on. O(log n).
+    pub(crate) fn register(&mut self, id: WaiterId, waker: &Waker) -> bool {
+        let Some(entry) = self.live_entry(id) else {
+            return false;
+        };
+        if let Some(registered) = &mut entry.waker {
+            if !registered.will_wake(waker) {
+                registered.clone_from(waker);
+            }
+        }
+        true
+    }
+
+    fn live_entry(&mut self, id: WaiterId) -> Option<&mut Entry> {
         let index = self
             .entries
             .binary_search_by_key(&id, |entry| entry.id)
             .ok()?;
         let entry = &mut self.entries[index];
-        let sender = entry.sender.take()?;
+        entry.waker.is_some().then_some(entry)
+    }
+
+    /// Makes the live waiter `id` a tombstone and returns its waker, in O(log n); `None`
+    /// when it is not in the queue.
+    fn take_live(&mut self, id: WaiterId) -> Option<Waker> {
+        let entry = self.live_entry(id)?;
+        let waker = entry.waker.take()?;
         let request = entry.request;
         self.tombstones += 1;
         self.forget(request);
         if self.tombstones > self.live + COMPACTION_SLACK {
-            self.entries.retain(|entry| entry.sender.is_some());
+            self.entries.retain(|entry| entry.waker.is_some());
             self.tombstones = 0;
         }
-        Some(sender)
+        Some(waker)
     }
 
     /// The live requests, first in line first.
     pub(crate) fn requests(&self) -> impl Iterator<Item = Request> + '_ {
         self.entries
             .iter()
-            .filter(|entry| entry.sender.is_some())
+            .filter(|entry| entry.waker.is_some())
             .map(|entry| entry.request)
     }
 
-    /// Tells every live waiter whose request `matches` its outcome, and removes it.
-    /// O(n): for rare events (closing, lowering the capacity).
-    pub(crate) fn finish_where(&mut self, mut matches: impl FnMut(&Request) -> Option<Outcome>) {
-        let mut finished = Vec::new();
-        for entry in &mut self.entries {
-            if entry.sender.is_none() {
-                continue;
-            }
-            if let Some(outcome) = matches(&entry.request) {
-                finished.push((entry.sender.take(), entry.request, outcome));
-            }
-        }
-        self.tombstones += finished.len();
-        for (sender, request, outcome) in finished {
-            self.forget(request);
-            if let Some(sender) = sender {
-                // A receiver that is gone has nothing to be told.
-                let _ = sender.send(outcome);
-            }
-        }
-    }
-
-    /// Gives every live waiter a new channel in place, sending it the new receiver over
-    /// the old one: their refill task died, and each must start another from its own
-    /// runtime. Places in the queue are kept.
-    pub(crate) fn requeue_all(&mut self) {
+    /// Takes out every live waiter whose request `matches`, handing each one's id and
+    /// waker to `finished`. O(n): for rare events (closing, lowering the capacity).
+    pub(crate) fn finish_where(
+        &mut self,
+        mut matches: impl FnMut(&Request) -> bool,
+        mut finished: impl FnMut(WaiterId, &Request, Waker),
+    ) {
         let mut gone = Vec::new();
         for entry in &mut self.entries {
-            let Some(old) = entry.sender.take() else {
+            if entry.waker.is_none() || !matches(&entry.request) {
                 continue;
-            };
-            let (sender, receiver) = oneshot::channel();
-            if old.send(Outcome::Requeued(receiver)).is_ok() {
-                entry.sender = Some(sender);
-            } else {
-                // Its future is gone: a tombstone like any abandoned waiter.
+            }
+            if let Some(waker) = entry.waker.take() {
+                finished(entry.id, &entry.request, waker);
                 gone.push(entry.request);
             }
         }
@@ -300,6 +260,12 @@ impl WaiterQueue {
         for request in gone {
             self.forget(request);
         }
+    }
+
+    /// Hands a copy of every live waiter's waker to `woken`, keeping their places: their
+    /// refill task died, and each must start another from its own runtime when polled.
+    pub(crate) fn wake_all(&self, woken: &mut Vec<Waker>) {
+        woken.extend(self.entries.iter().filter_map(|entry| entry.waker.clone()));
     }
 
     /// Removes a live request from the counts; empties the queue of tombstones once no
@@ -319,7 +285,7 @@ impl WaiterQueue {
             let live: Vec<_> = self
                 .entries
                 .iter()
-                .filter(|entry| entry.sender.is_some() && entry.request.deadline != NEVER)
+                .filter(|entry| entry.waker.is_some() && entry.request.deadline != NEVER)
                 .map(|entry| Reverse((entry.request.deadline, entry.id)))
                 .collect();
             self.deadlines = BinaryHeap::from(live);
@@ -329,6 +295,8 @@ impl WaiterQueue {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use futures::task::noop_waker;
+
     use super::*;
 
     fn take(tokens: u64) -> Request {
@@ -342,9 +310,9 @@ mod tests {
     #[test]
     fn waiters_cancelled_behind_a_slow_head_do_not_grow_the_queue() {
         let mut queue = WaiterQueue::default();
-        let (_head, _head_receiver) = queue.push(take(10));
+        queue.push(take(10), noop_waker());
         for _ in 0..100_000 {
-            let (id, _receiver) = queue.push(take(1));
+            let id = queue.push(take(1), noop_waker());
             assert!(queue.abandon(id));
             assert!(queue.entries.len() <= 1 + 1 + COMPACTION_SLACK);
         }
@@ -359,50 +327,50 @@ mod tests {
             deadline: 1_000_000,
             ..take(1)
         };
-        let _head = queue.push(take(1));
+        queue.push(take(1), noop_waker());
         for _ in 0..100_000 {
-            let _waiter = queue.push(with_deadline);
+            queue.push(with_deadline, noop_waker());
             // The one in front is served; the queue is never empty.
             assert!(queue.head().is_some());
             drop(queue.pop_head());
             assert!(queue.deadlines.len() <= 2 * queue.len() + COMPACTION_SLACK + 1);
         }
         // The deadline of the one still queued is still kept.
-        assert_eq!(queue.expire(1_000_000).len(), 1);
+        let mut expired = 0;
+        queue.expire(1_000_000, |_, _| expired += 1);
+        assert_eq!(expired, 1);
         assert!(queue.is_empty());
     }
 
     #[test]
     fn abandon_finds_a_waiter_after_compaction() {
         let mut queue = WaiterQueue::default();
-        let ids: Vec<(WaiterId, oneshot::Receiver<Outcome>)> =
-            (0..1_000).map(|tokens| queue.push(take(tokens))).collect();
-        for (id, _) in ids.iter().filter(|(id, _)| id % 3 != 0) {
+        let ids: Vec<WaiterId> = (0..1_000)
+            .map(|tokens| queue.push(take(tokens), noop_waker()))
+            .collect();
+        for id in ids.iter().filter(|id| *id % 3 != 0) {
             assert!(queue.abandon(*id));
         }
-        for (id, _) in ids.iter().filter(|(id, _)| id % 3 == 0) {
+        for id in ids.iter().filter(|id| *id % 3 == 0) {
+            assert!(queue.register(*id, &noop_waker()), "{id}");
             assert!(queue.abandon(*id), "{id}");
             assert!(!queue.abandon(*id), "{id} twice");
+            assert!(!queue.register(*id, &noop_waker()), "{id} gone");
         }
         assert!(queue.is_empty());
     }
 
     #[test]
-    fn requeue_keeps_places_and_hands_over_new_receivers() {
+    fn waking_all_keeps_places() {
         let mut queue = WaiterQueue::default();
-        let (_, mut first) = queue.push(take(1));
-        let (_, mut second) = queue.push(take(2));
-        queue.requeue_all();
-        let Ok(Outcome::Requeued(mut first_next)) = first.try_recv() else {
-            panic!("first was not requeued");
-        };
-        let Ok(Outcome::Requeued(_second_next)) = second.try_recv() else {
-            panic!("second was not requeued");
-        };
+        let first = queue.push(take(1), noop_waker());
+        let second = queue.push(take(2), noop_waker());
+        let mut woken = Vec::new();
+        queue.wake_all(&mut woken);
+        assert_eq!(woken.len(), 2);
         assert_eq!(queue.head(), Some(take(1)));
-        let sender = queue.pop_head().expect("the head is live");
-        assert!(sender.send(Outcome::Granted).is_ok());
-        assert!(matches!(first_next.try_recv(), Ok(Outcome::Granted)));
+        assert_eq!(queue.pop_head().map(|(id, _)| id), Some(first));
         assert_eq!(queue.head(), Some(take(2)));
+        assert_eq!(queue.pop_head().map(|(id, _)| id), Some(second));
     }
 }

@@ -14,7 +14,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures::future::FutureExt;
 use futures::task::AtomicWaker;
@@ -22,7 +22,6 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::bucket::handle::Shared;
-use crate::bucket::queue::Delivery;
 use crate::bucket::state::State;
 use crate::error::TakeError;
 
@@ -56,8 +55,8 @@ thread_local! {
 }
 
 /// Clears the bucket's "refill task running" flag when the task ends or is dropped by a
-/// runtime shutting down, so the next waiter starts a new one, and hands the waiters
-/// already queued (from other runtimes) new channels so they start one themselves.
+/// runtime shutting down, so the next waiter starts a new one, and wakes the waiters
+/// already queued (from other runtimes) so they start one themselves.
 struct RunningGuard(Weak<Shared>);
 
 impl Drop for RunningGuard {
@@ -68,7 +67,9 @@ impl Drop for RunningGuard {
         shared.refill_running.store(false, Ordering::Release);
         // Inside `spawn` the spawner holds the lock, and its waiter is not queued yet.
         if !SPAWNING.with(Cell::get) {
-            shared.lock(shared.clock.now()).refill_lost();
+            let mut state = shared.lock(shared.clock.now());
+            state.refill_lost();
+            shared.unlock_and_wake(state, Vec::new());
         }
     }
 }
@@ -88,9 +89,9 @@ async fn supervise(guard: RunningGuard, signal: Arc<Nudge>) {
 
 async fn run(bucket: &Weak<Shared>, signal: Arc<Nudge>) {
     let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
-    let mut deliveries = Vec::new();
+    let mut wakers = Vec::new();
     loop {
-        let Some(wake_at) = serve_and_plan(bucket, &mut deliveries) else {
+        let Some(wake_at) = serve_and_plan(bucket, &mut wakers) else {
             return;
         };
         if let Some(instant) = wake_at {
@@ -141,11 +142,11 @@ impl Nudge {
 
 /// Serves the queue now and returns when to wake next (`Some(None)`: only when nudged),
 /// or `None` when the task should end.
-/// `deliveries` is the task's own empty vector, lent to the state so that serving reuses
-/// one allocation.
+/// `wakers` is the task's own empty vector, lent to the state so that serving reuses one
+/// allocation.
 pub(crate) fn serve_and_plan(
     bucket: &Weak<Shared>,
-    deliveries: &mut Vec<Delivery>,
+    wakers: &mut Vec<Waker>,
 ) -> Option<Option<Instant>> {
     let shared = bucket.upgrade()?;
     let now = shared.clock.now();
@@ -158,7 +159,7 @@ pub(crate) fn serve_and_plan(
         return None;
     }
     let due = state.serve_and_plan_refill(now);
-    *deliveries = shared.unlock_and_deliver(state, std::mem::take(deliveries));
+    *wakers = shared.unlock_and_wake(state, std::mem::take(wakers));
     Some(shared.clock.instant(due))
 }
 

@@ -15,18 +15,19 @@
 //! waiter waits only while the bucket holds less than it asks); with several, it keeps
 //! a limit that fills while the head waits for another within its own capacity.
 
+use std::task::Waker;
 use std::time::Duration;
 
 use crate::bucket::counters::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{Limit, Limits};
-use crate::bucket::queue::{Delivery, Outcome, Request, WaiterId, WaiterQueue};
+use crate::bucket::outcomes::{Outcomes, Published};
+use crate::bucket::queue::{Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
-use crate::sync::oneshot;
 
 /// What the bucket's settings are when it is made.
 #[derive(Debug, Clone)]
@@ -137,9 +138,13 @@ pub(crate) struct State {
     tally: Tally,
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
-    /// Outcomes decided but not yet sent; whoever holds the lock sends them after
-    /// releasing it (see [`Shared::deliver`](crate::bucket::handle::Shared::deliver)).
-    deliveries: Vec<Delivery>,
+    /// Waiters whose outcomes were decided, to wake once the lock is released (see
+    /// [`Shared::unlock_and_wake`](crate::bucket::handle::Shared::unlock_and_wake)):
+    /// waking may wake a sleeping worker thread, and that system call should not hold up
+    /// everyone else waiting for the lock.
+    wakers: Vec<Waker>,
+    /// The outcomes of waiters that have left the queue, until they read them.
+    outcomes: Outcomes,
 }
 
 impl State {
@@ -156,7 +161,8 @@ impl State {
             closed: false,
             tally: Tally::default(),
             refill_wake: NEVER,
-            deliveries: Vec::new(),
+            wakers: Vec::new(),
+            outcomes: Outcomes::default(),
         }
     }
 
@@ -223,9 +229,9 @@ impl State {
                 // Those behind it could not be served while it stood in front of them.
                 self.limits.advance(head.deadline);
                 self.tally.add_timed_out();
-                if let Some(sender) = self.queue.pop_head() {
-                    self.deliveries
-                        .push(Delivery::new(sender, Outcome::TimedOut, 0));
+                if let Some((id, waker)) = self.queue.pop_head() {
+                    self.outcomes.decided(id, Outcome::TimedOut);
+                    self.wakers.push(waker);
                 }
                 continue;
             }
@@ -239,28 +245,25 @@ impl State {
             let consumed = head.consumes();
             self.before_take(consumed);
             self.limits.take(consumed);
-            let id = self.queue.head_id();
-            match self.queue.pop_head() {
-                // A receiver already gone gives its tokens back at once, on the schedule.
-                Some(sender) if !sender.is_closed() => {
-                    self.tally.add_taken(consumed);
-                    if let (Some(id), true) = (id, consumed > 0) {
-                        self.limits.granted(id, consumed);
-                    }
-                    self.deliveries
-                        .push(Delivery::new(sender, Outcome::Granted, consumed));
+            // `head` returned a live waiter.
+            if let Some((id, waker)) = self.queue.pop_head() {
+                self.tally.add_taken(consumed);
+                if consumed > 0 {
+                    self.limits.granted(id, consumed);
                 }
-                _ => self.limits.give_back(consumed),
+                self.outcomes.granted(id);
+                self.wakers.push(waker);
             }
         }
         // Those behind the head whose deadline passed leave now, at the instant anyone
         // looks, rather than when their own timer runs a tick later.
         if self.queue.expiring(now) {
-            for sender in self.queue.expire(now) {
-                self.tally.add_timed_out();
-                self.deliveries
-                    .push(Delivery::new(sender, Outcome::TimedOut, 0));
-            }
+            let (tally, outcomes, wakers) = (&mut self.tally, &mut self.outcomes, &mut self.wakers);
+            self.queue.expire(now, |id, waker| {
+                tally.add_timed_out();
+                outcomes.decided(id, Outcome::TimedOut);
+                wakers.push(waker);
+            });
         }
         self.limits.advance(now);
         // Every observation ends capped (see `limits.rs`). With one limit and waiters
@@ -346,74 +349,60 @@ impl State {
         Ok(Admission::MustWait)
     }
 
-    /// Queues a request [`admit`](State::admit) said must wait.
-    pub(crate) fn enqueue(&mut self, request: Request) -> (WaiterId, oneshot::Receiver<Outcome>) {
-        self.queue.push(request)
+    /// Queues a request [`admit`](State::admit) said must wait; `waker` wakes its task
+    /// once its outcome is decided.
+    pub(crate) fn enqueue(&mut self, request: Request, waker: Waker) -> WaiterId {
+        self.queue.push(request, waker)
+    }
+
+    /// Queued waiter `id`'s outcome, if it was decided; otherwise `waker` is the one to
+    /// wake it from now on. A grant read here is seen: the caller acknowledges it.
+    pub(crate) fn poll_outcome(&mut self, id: WaiterId, waker: &Waker) -> Option<Outcome> {
+        if self.queue.register(id, waker) {
+            return None;
+        }
+        Some(self.outcomes.take(id))
     }
 
     /// Takes a queued waiter out of the queue early. Returns the outcome it had already
-    /// been sent, if any; a grant it is `Dropped` without reading, or one still on its
-    /// way (which will not arrive), is undone as `unseen.rs` says.
+    /// been told, if any; a grant it is `Dropped` without reading is undone as
+    /// `unseen.rs` says.
     pub(crate) fn leave(
         &mut self,
         id: WaiterId,
-        receiver: &mut oneshot::Receiver<Outcome>,
         request: Request,
         why: Leaving,
         now: u64,
     ) -> Option<Outcome> {
         let now = self.serve(now);
-        // Its own outcome may be among those not sent yet: send them now, under the lock,
-        // so the receiver shows whether it was granted. Leaving early is the rare path.
-        self.deliver_under_lock();
-        match received_on_leaving(receiver) {
-            Some(outcome) => {
-                if matches!(outcome, Outcome::Granted) && request.consumes() > 0 {
-                    // Read here, not through its future: it is seen, or never will be.
-                    self.limits.seen_on_leaving();
-                    if why == Leaving::Dropped {
-                        self.return_unseen(id, request, now);
-                    }
-                }
-                Some(outcome)
+        if self.queue.abandon(id) {
+            if why == Leaving::DeadlinePassed {
+                self.tally.add_timed_out();
             }
-            None => {
-                if self.queue.abandon(id) {
-                    if why == Leaving::DeadlinePassed {
-                        self.tally.add_timed_out();
-                    }
-                    // It may have been the head that held the others back.
-                    self.serve(now);
-                } else {
-                    // Its outcome is on its way and will fail to arrive: a grant is undone
-                    // now (its deliverer settles the count; see `undelivered`).
-                    self.return_unseen(id, request, now);
-                }
-                None
+            // It may have been the head that held the others back.
+            self.serve(now);
+            return None;
+        }
+        let outcome = self.outcomes.take(id);
+        if outcome == Outcome::Granted && request.consumes() > 0 {
+            // Read here, not through its future: it is seen, or never will be.
+            self.limits.seen_on_leaving();
+            if why == Leaving::Dropped {
+                self.return_unseen(id, request, now);
             }
         }
+        Some(outcome)
     }
 
-    /// Exchanges the outcomes waiting to be sent for `empty` (an empty vector whose
-    /// capacity the caller reuses), to send them once the lock is released.
-    pub(crate) fn swap_deliveries(&mut self, empty: &mut Vec<Delivery>) {
+    /// Exchanges the wakers of waiters to wake for `empty` (an empty vector whose capacity
+    /// the caller reuses), to wake them once the lock is released.
+    pub(crate) fn swap_wakers(&mut self, empty: &mut Vec<Waker>) {
         debug_assert!(empty.is_empty());
-        std::mem::swap(&mut self.deliveries, empty);
+        std::mem::swap(&mut self.wakers, empty);
     }
 
-    pub(crate) fn has_deliveries(&self) -> bool {
-        !self.deliveries.is_empty()
-    }
-
-    /// `grants` could not be delivered: their waiters had left, and undid them when they
-    /// did (see `leave`). Only the count of unseen grants is left to settle.
-    pub(crate) fn undelivered(&mut self, grants: u64) {
-        self.limits.undelivered(grants);
-    }
-
-    fn deliver_under_lock(&mut self) {
-        let undelivered = deliver(&mut self.deliveries);
-        self.undelivered(undelivered);
+    pub(crate) fn has_wakers(&self) -> bool {
+        !self.wakers.is_empty()
     }
 
     pub(crate) fn refund(&mut self, tokens: u64, now: u64) {
@@ -452,10 +441,10 @@ impl State {
         self.serve(now);
     }
 
-    /// The refill task died with its runtime: every waiter is handed a new channel in
-    /// place and told to start a refill task on its own runtime.
+    /// The refill task died with its runtime: every waiter keeps its place and is woken,
+    /// to start a refill task on its own runtime when it finds itself still queued.
     pub(crate) fn refill_lost(&mut self) {
-        self.queue.requeue_all();
+        self.queue.wake_all(&mut self.wakers);
     }
 
     /// `Ok` when the bucket has a limit `index`.
@@ -499,12 +488,21 @@ impl State {
         let smallest = self.limits.capacity_with(index, capacity);
         let now = self.serve(now);
         self.limits.note_headroom();
-        self.queue.finish_where(|request| {
-            (request.tokens > smallest).then_some(Outcome::ExceedsCapacity {
-                requested: request.tokens,
-                capacity: smallest,
-            })
-        });
+        let (outcomes, wakers) = (&mut self.outcomes, &mut self.wakers);
+        self.queue.finish_where(
+            |request| request.tokens > smallest,
+            |id, request, waker| {
+                let requested = request.tokens;
+                outcomes.decided(
+                    id,
+                    Outcome::ExceedsCapacity {
+                        requested,
+                        capacity: smallest,
+                    },
+                );
+                wakers.push(waker);
+            },
+        );
         self.limits.set_capacity(index, capacity);
         // A waiter that left may have held smaller ones back.
         self.serve(now);
@@ -515,14 +513,22 @@ impl State {
     pub(crate) fn close(&mut self, now: u64) {
         self.serve(now);
         self.closed = true;
-        self.queue.finish_where(|_| Some(Outcome::Closed));
+        self.finish_all(Outcome::Closed);
     }
 
     /// The refill task panicked: closes for good, telling every waiter so. It does not
     /// serve first, since serving may be what panicked.
     pub(crate) fn fail(&mut self) {
         self.closed = true;
-        self.queue.finish_where(|_| Some(Outcome::RefillFailed));
+        self.finish_all(Outcome::RefillFailed);
+    }
+
+    /// Tells every waiter still queued `outcome`: the bucket closed for good.
+    fn finish_all(&mut self, outcome: Outcome) {
+        self.outcomes.closed(outcome);
+        let wakers = &mut self.wakers;
+        self.queue
+            .finish_where(|_| true, |_, _, waker| wakers.push(waker));
     }
 
     /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
@@ -587,6 +593,13 @@ impl State {
         (idle && self.limits.is_single()).then_some(self.limits.first())
     }
 
+    /// Called as the lock is released: publishes the outcomes decided for waiters to read
+    /// without the lock (see `outcomes.rs`).
+    #[inline]
+    pub(crate) fn publish_outcomes(&mut self, published: &Published) {
+        self.outcomes.publish(published);
+    }
+
     /// Called as the lock is released: adds what this section decided to the count of
     /// unseen grants, and forgets the record once none is left.
     #[inline]
@@ -643,30 +656,6 @@ impl State {
     }
 }
 
-/// Sends `deliveries`, leaving the vector empty. Returns how many grants could not be
-/// delivered: their waiters had left.
-pub(crate) fn deliver(deliveries: &mut Vec<Delivery>) -> u64 {
-    deliveries
-        .drain(..)
-        .map(Delivery::send)
-        .fold(0, |undelivered, owed| undelivered + u64::from(owed > 0))
-}
-
-/// The outcome a waiter leaving for good has been sent, if any, following `Requeued`
-/// hand-overs to the receiver that is current. Each receiver is closed first, so that an
-/// outcome still on its way (sent after the lock was released) fails to arrive and its
-/// tokens go back, rather than arriving unseen after the waiter has decided.
-fn received_on_leaving(receiver: &mut oneshot::Receiver<Outcome>) -> Option<Outcome> {
-    loop {
-        receiver.close();
-        match receiver.try_recv() {
-            Ok(Outcome::Requeued(next)) => *receiver = next,
-            Ok(outcome) => return Some(outcome),
-            Err(_) => return None,
-        }
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -699,37 +688,59 @@ mod tests {
         }
     }
 
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Counting {
+        fn wake_by_ref(counting: &std::sync::Arc<Self>) {
+            counting
+                .0
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    impl Counting {
+        fn woken(&self) -> usize {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
     #[test]
-    fn outcomes_are_sent_by_whoever_releases_the_lock_not_under_it() {
+    fn waiters_are_woken_by_whoever_releases_the_lock_not_under_it() {
         let mut state = empty_bucket_at_one_per_second();
-        let (_, mut receiver) = state.enqueue(take_one());
+        let counting = std::sync::Arc::new(Counting::default());
+        let waker = futures::task::waker(std::sync::Arc::clone(&counting));
+        let id = state.enqueue(take_one(), waker.clone());
+        assert_eq!(state.poll_outcome(id, &waker), None);
         state.serve(SECOND);
-        assert!(receiver.try_recv().is_err(), "sent under the lock");
-        let mut deliveries = Vec::new();
-        state.swap_deliveries(&mut deliveries);
-        assert_eq!(deliveries.into_iter().map(Delivery::send).sum::<u64>(), 0);
-        assert!(matches!(receiver.try_recv(), Ok(Outcome::Granted)));
+        assert_eq!(counting.woken(), 0, "woken under the lock");
+        let mut wakers = Vec::new();
+        state.swap_wakers(&mut wakers);
+        wakers.into_iter().for_each(Waker::wake);
+        assert_eq!(counting.woken(), 1);
+        assert_eq!(state.poll_outcome(id, &waker), Some(Outcome::Granted));
         assert_eq!(state.stats(SECOND, NOTHING_COUNTED).taken, 1);
     }
 
     #[test]
-    fn a_grant_still_on_its_way_when_its_waiter_leaves_goes_back_to_the_bucket() {
-        let mut state = empty_bucket_at_one_per_second();
-        let request = take_one();
-        let (id, mut receiver) = state.enqueue(request);
-        state.serve(SECOND);
-        // The deliverer has taken the grant out from under the lock but not sent it yet.
-        let mut in_flight = Vec::new();
-        state.swap_deliveries(&mut in_flight);
-        let seen = state.leave(id, &mut receiver, request, Leaving::DeadlinePassed, SECOND);
-        assert!(seen.is_none(), "the waiter saw {seen:?}");
-        let undelivered = deliver(&mut in_flight);
-        assert_eq!(
-            undelivered, 1,
-            "the send must fail once the waiter has left"
-        );
-        state.undelivered(undelivered);
-        let stats = state.stats(SECOND, NOTHING_COUNTED);
-        assert_eq!((stats.available, stats.taken, stats.queued), (1, 0, 0));
+    fn a_grant_dropped_before_its_waiter_is_woken_goes_back_to_the_bucket() {
+        for why in [Leaving::Dropped, Leaving::DeadlinePassed] {
+            let mut state = empty_bucket_at_one_per_second();
+            let request = take_one();
+            let id = state.enqueue(request, futures::task::noop_waker());
+            state.serve(SECOND);
+            // Decided under the lock; the waiter has not been woken yet.
+            let seen = state.leave(id, request, why, SECOND);
+            assert_eq!(seen, Some(Outcome::Granted), "{why:?}");
+            let stats = state.stats(SECOND, NOTHING_COUNTED);
+            let books = (stats.available, stats.taken, stats.queued);
+            match why {
+                // Nobody will see it: undone as if never made.
+                Leaving::Dropped => assert_eq!(books, (1, 0, 0)),
+                // The deadline's poll read it: the waiter has its token.
+                Leaving::DeadlinePassed => assert_eq!(books, (0, 1, 0)),
+            }
+        }
     }
 }

@@ -111,7 +111,7 @@ pub(crate) struct Grants {
     /// Grants decided in this lock section.
     decided: u64,
     /// Grants settled in this lock section without the waiter reading them through its
-    /// future: it left, or its grant could not be delivered.
+    /// future: it left.
     settled: u64,
 }
 
@@ -138,28 +138,24 @@ impl Grants {
             self.active = true;
             self.before = 0;
         }
+        if self.recorded.len() == MOST_RECORDED {
+            // The oldest is forgotten: what is recorded after it now counts for those
+            // before it. Before the push, so that the buffer never grows past the bound.
+            if let Some(oldest) = self.recorded.pop_front() {
+                self.before = self.before.min(oldest.after);
+            }
+        }
         self.recorded.push_back(Recorded {
             id,
             tokens,
             after: UNBOUNDED,
         });
         self.decided += 1;
-        if self.recorded.len() > MOST_RECORDED {
-            // Forgotten: what is recorded after it now counts for those before it.
-            if let Some(oldest) = self.recorded.pop_front() {
-                self.before = self.before.min(oldest.after);
-            }
-        }
     }
 
     /// A waiter left after its grant reached it, without reading it through its future.
     pub(crate) fn seen_on_leaving(&mut self) {
         self.settled += 1;
-    }
-
-    /// Grants that could not be delivered: their waiters had left.
-    pub(crate) fn undelivered(&mut self, grants: u64) {
-        self.settled += grants;
     }
 
     /// Waiter `id`'s grant is dropped unseen, with `headroom` left now: the parts of a
@@ -282,6 +278,8 @@ mod tests {
             grants.granted(id, 1);
         }
         assert_eq!(grants.recorded.len(), MOST_RECORDED);
+        // The buffer never doubled past the bound (it did when it pushed before popping).
+        assert!(grants.recorded.capacity() < 2 * MOST_RECORDED);
         assert_eq!(grants.give_back(0, 10, PERIOD), None);
         assert_eq!(
             grants.give_back(3 * MOST_RECORDED as u64 - 1, 10, PERIOD),

@@ -1,7 +1,5 @@
-//! What an algorithm gives the generic [`RedisLimiter`](super::RedisLimiter): its
-//! script, the arguments of a request, and its limit.
-
-use ::redis::Script;
+//! What an algorithm gives the generic [`RedisLimiter`](super::RedisLimiter): its tag in
+//! keys and in the script's arguments, the arguments of a request, and its limit.
 
 /// An algorithm a [`RedisLimiter`](super::RedisLimiter) runs in Redis:
 /// [`TokenBucketScript`](super::TokenBucketScript),
@@ -22,20 +20,18 @@ pub trait RedisAlgorithm: sealed::Algorithm {}
 impl<A: sealed::Algorithm> RedisAlgorithm for A {}
 
 pub(crate) mod sealed {
-    use super::Script;
-
     pub trait Algorithm: std::fmt::Debug + Send + Sync + 'static {
         /// Written into each Redis key after the prefix, so that limiters of different
-        /// kinds never read each other's state.
+        /// kinds never read each other's state; and sent to the script, which runs the
+        /// algorithm of that tag (`lua/*.lua`) on the key.
         const TAG: &'static str;
-
-        /// The Lua script that decides, loaded once per process.
-        fn script(&self) -> &'static Script;
 
         /// The most permits one request may ask for: the capacity or the limit.
         fn limit(&self) -> u64;
 
-        /// The script's `ARGV` for a request of `permits` (at most [`limit`](Self::limit)).
+        /// The algorithm's three arguments in the script for a request of `permits` (at
+        /// most [`limit`](Self::limit)). The last grows in proportion to `permits`, so
+        /// requests on one key can be added up.
         fn arguments(&self, permits: u64) -> [u64; 3];
     }
 }

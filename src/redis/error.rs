@@ -5,7 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 /// Why [`try_acquire`](super::RedisLimiter::try_acquire) or
-/// [`acquire`](super::RedisLimiter::acquire) admitted nothing.
+/// [`acquire`](super::RedisLimiter::acquire), of a limiter or of a
+/// [`RedisAll`](super::RedisAll), admitted nothing.
 ///
 /// ```
 /// use std::time::Duration;
@@ -18,19 +19,27 @@ use std::time::Duration;
 ///     error.to_string(),
 ///     "Redis did not answer within 100ms, and the failure policy is fail-closed"
 /// );
+/// assert_eq!(
+///     RedisLimitError::NoMembers.to_string(),
+///     "a decision over all of no limiters: `redis::all` was given no members"
+/// );
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum RedisLimitError {
-    /// The limit is reached for this key. The same request could succeed after
-    /// `retry_after`, whole milliseconds rounded up from the server's microseconds, so it
-    /// is never shorter than the true wait and can be sent as an HTTP `Retry-After`.
+    /// The limit is reached for this key (for a [`RedisAll`](super::RedisAll), for at
+    /// least one of its keys). The same request could succeed after `retry_after`, whole
+    /// milliseconds rounded up from the server's microseconds, so it is never shorter
+    /// than the true wait and can be sent as an HTTP `Retry-After`.
     Limited {
         /// How long until the same request could succeed, if nobody else takes first.
         retry_after: Duration,
     },
     /// More permits were asked for than the limiter ever admits at once (a bucket's
-    /// capacity, a window's limit). Decided without asking Redis.
+    /// capacity, a window's limit). Decided without asking Redis. For a
+    /// [`RedisAll`](super::RedisAll), the first member's limiter, in order, that can never
+    /// admit the request; members on one key ask for their permits added up, so
+    /// `requested` is then the permits times the number of those members.
     ExceedsLimit {
         /// The permits asked for.
         requested: u64,
@@ -54,6 +63,31 @@ pub enum RedisLimitError {
     /// timeout need. Returned whatever the failure policy: it is a bug in the caller, not
     /// an outage.
     NoRuntime,
+    /// A [`RedisAll`](super::RedisAll) made of no members was asked to decide. Decided
+    /// without asking Redis, whatever the failure policy: all of no limits would allow
+    /// everything, which is much more likely a bug (a list of limits left empty) than
+    /// what was meant.
+    NoMembers,
+    /// Two members of a [`RedisAll`](super::RedisAll) name the same Redis key through
+    /// limiters of different settings: limiters of one kind and
+    /// [prefix](super::RedisOptions::with_prefix), such as 10 a second and 1,000 a day,
+    /// build the same key for the same name, and one key can hold only one limiter's
+    /// state. Give them different prefixes. Decided without asking Redis, whatever the
+    /// failure policy.
+    ConflictingMembers {
+        /// The Redis key both name.
+        key: String,
+    },
+    /// Redis refused a [`RedisAll`](super::RedisAll)'s keys because they are in
+    /// different hash slots (`CROSSSLOT`): on Redis Cluster, or behind a proxy that
+    /// shards by slot, the keys of one script must share one slot. Give every key the
+    /// same hash tag, such as `{user-42}` (see [`all`](super::all)). Returned whatever
+    /// the failure policy: the keys are at fault, not Redis, and failing open would leave
+    /// them unlimited for good.
+    CrossSlot {
+        /// What the Redis client reported.
+        error: ::redis::RedisError,
+    },
 }
 
 impl fmt::Display for RedisLimitError {
@@ -76,6 +110,19 @@ impl fmt::Display for RedisLimitError {
             RedisLimitError::NoRuntime => f.write_str(
                 "a Redis limiter was called outside a tokio runtime; it needs one, with its timer",
             ),
+            RedisLimitError::NoMembers => {
+                f.write_str("a decision over all of no limiters: `redis::all` was given no members")
+            }
+            RedisLimitError::ConflictingMembers { key } => write!(
+                f,
+                "two limiters of different settings name the Redis key {key:?} in one \
+                 decision; one key holds one limiter's state: give them different prefixes"
+            ),
+            RedisLimitError::CrossSlot { error } => write!(
+                f,
+                "the keys of one decision are in different Redis Cluster hash slots; give \
+                 every key the same hash tag, such as {{user-42}}: {error}"
+            ),
         }
     }
 }
@@ -83,7 +130,9 @@ impl fmt::Display for RedisLimitError {
 impl Error for RedisLimitError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            RedisLimitError::Unavailable { error } => Some(error),
+            RedisLimitError::Unavailable { error } | RedisLimitError::CrossSlot { error } => {
+                Some(error)
+            }
             _ => None,
         }
     }

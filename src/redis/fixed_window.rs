@@ -1,16 +1,10 @@
 //! [`RedisFixedWindow`]: at most `limit` permits per key in each window, the window
 //! starting at the key's first request.
 
-use std::sync::LazyLock;
+use ::redis::aio::ConnectionManager;
 
-use ::redis::Script;
-
-use super::scripts::limiter_script;
 use super::window::{WindowKind, WindowSettings};
 use super::RedisLimiter;
-
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| limiter_script(include_str!("lua/fixed_window.lua")));
 
 /// A fixed-window limiter in Redis: at most `limit` permits per key in each window.
 ///
@@ -36,7 +30,7 @@ static SCRIPT: LazyLock<Script> =
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisFixedWindow = RedisLimiter<FixedWindowScript>;
+pub type RedisFixedWindow<C = ConnectionManager> = RedisLimiter<FixedWindowScript, C>;
 
 /// The settings and script of a [`RedisFixedWindow`].
 ///
@@ -56,10 +50,6 @@ impl WindowKind for FixedWindowScript {
 
     // A count plus a request stays below 2^53.
     const MAX_LIMIT: u64 = 1 << 52;
-
-    fn script() -> &'static Script {
-        &SCRIPT
-    }
 
     fn from_settings(settings: WindowSettings) -> Self {
         FixedWindowScript { settings }

@@ -1,18 +1,19 @@
 //! [`RedisLimiter`]: the keyed limiter whose state lives in Redis. The algorithm (token
-//! bucket, fixed window, sliding log) decides in its script; this file makes the call,
-//! bounds it with the timeout, applies the failure policy and waits for `acquire`.
+//! bucket, fixed window, sliding log) decides in the script; a decision on one key is
+//! made as any decision is (`decision.rs`): bounded by the timeout, under the failure
+//! policy, waiting for `acquire`.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ::redis::aio::ConnectionManager;
 
 use super::algorithm::RedisAlgorithm;
+use super::connection::RedisConnection;
+use super::decision::{Common, Member, Part, Plan, Shared};
 use super::error::RedisLimitError;
-use super::jitter::Jitter;
-use super::policy::{FailurePolicy, RedisOptions};
-use super::scripts::{self, Decision};
+use super::policy::RedisOptions;
 use crate::error::ConfigError;
 
 /// A keyed rate limiter whose state lives in Redis, shared by every process that uses
@@ -24,6 +25,10 @@ use crate::error::ConfigError;
 /// A cheap-to-clone handle: clones share the connection and the
 /// [`fail_open_count`](Self::fail_open_count). Each decision is one round trip, bounded
 /// by the [timeout](RedisOptions::with_timeout).
+///
+/// `C` is the connection it decides over: any [`RedisConnection`], a
+/// [`ConnectionManager`] unless another is given to `new`, which infers it (see
+/// [Connections](super#connections)).
 ///
 /// ```no_run
 /// use token_bucket::redis::{driver, FailurePolicy, RedisLimitError, RedisOptions, RedisTokenBucket};
@@ -48,33 +53,23 @@ use crate::error::ConfigError;
 /// # Ok(())
 /// # }
 /// ```
-pub struct RedisLimiter<A> {
-    shared: Arc<Shared<A>>,
+pub struct RedisLimiter<A, C = ConnectionManager> {
+    shared: Arc<Shared<A, C>>,
 }
 
-struct Shared<A> {
-    connection: ConnectionManager,
-    algorithm: A,
-    options: RedisOptions,
-    fail_open_decisions: AtomicU64,
-    jitter: Jitter,
-}
-
-impl<A: RedisAlgorithm> RedisLimiter<A> {
+impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// A limiter running `algorithm` over `connection`, once `options` are checked.
     pub(crate) fn with_algorithm(
-        connection: ConnectionManager,
+        connection: C,
         algorithm: A,
         options: RedisOptions,
     ) -> Result<Self, ConfigError> {
         options.check()?;
         Ok(RedisLimiter {
             shared: Arc::new(Shared {
-                connection,
+                common: Common::new(options),
                 algorithm,
-                options,
-                fail_open_decisions: AtomicU64::new(0),
-                jitter: Jitter::new(),
+                connection,
             }),
         })
     }
@@ -94,10 +89,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///   succeed: never shorter than the true wait.
     /// - [`RedisLimitError::ExceedsLimit`] when `permits` is above the
     ///   [limit](Self::limit), without asking Redis.
-    /// - Under [`FailurePolicy::FailClosed`], [`RedisLimitError::Unavailable`] when Redis
-    ///   cannot decide and [`RedisLimitError::Timeout`] when it does not answer in time;
-    ///   under [`FailurePolicy::FailOpen`] those requests are allowed and
-    ///   [counted](Self::fail_open_count).
+    /// - Under [`FailurePolicy::FailClosed`](super::FailurePolicy::FailClosed),
+    ///   [`RedisLimitError::Unavailable`] when Redis cannot decide and
+    ///   [`RedisLimitError::Timeout`] when it does not answer in time; under
+    ///   [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen) those requests are
+    ///   allowed and [counted](Self::fail_open_count).
     /// - [`RedisLimitError::NoRuntime`] when polled outside a tokio runtime.
     ///
     /// # Cancel safety
@@ -129,37 +125,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub async fn try_acquire(&self, key: &str, permits: u64) -> Result<(), RedisLimitError> {
-        let shared = &*self.shared;
-        let limit = shared.algorithm.limit();
-        if permits > limit {
-            return Err(RedisLimitError::ExceedsLimit {
-                requested: permits,
-                limit,
-            });
-        }
-        if permits == 0 {
-            return Ok(());
-        }
-        // The connection and the timeout need tokio; without it they would panic.
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(RedisLimitError::NoRuntime);
-        }
-        let redis_key = self.redis_key(key);
-        let call = scripts::decide(
-            shared.algorithm.script(),
-            shared.connection.clone(),
-            redis_key.as_bytes(),
-            shared.algorithm.arguments(permits),
-        );
-        let timeout = shared.options.timeout();
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(Decision::Granted)) => Ok(()),
-            Ok(Ok(Decision::Limited { retry_after })) => {
-                Err(RedisLimitError::Limited { retry_after })
-            }
-            Ok(Err(error)) => self.undecided(RedisLimitError::Unavailable { error }),
-            Err(_elapsed) => self.undecided(RedisLimitError::Timeout { timeout }),
-        }
+        let part = self.part(key);
+        self.plan(&part).try_acquire(permits).await
     }
 
     /// Takes `permits` for `key`, waiting as long as its limit requires: after each
@@ -175,7 +142,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # Errors
     ///
     /// As [`try_acquire`](Self::try_acquire), except [`RedisLimitError::Limited`], on
-    /// which it waits. Under [`FailurePolicy::FailClosed`] it returns the first
+    /// which it waits. Under
+    /// [`FailurePolicy::FailClosed`](super::FailurePolicy::FailClosed) it returns the first
     /// [`Unavailable`](RedisLimitError::Unavailable) or
     /// [`Timeout`](RedisLimitError::Timeout) rather than waiting for Redis to come back.
     ///
@@ -205,20 +173,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub async fn acquire(&self, key: &str, permits: u64) -> Result<(), RedisLimitError> {
-        loop {
-            match self.try_acquire(key, permits).await {
-                Err(RedisLimitError::Limited { retry_after }) => {
-                    let wait = retry_after + self.shared.jitter.extra_wait(retry_after);
-                    tokio::time::sleep(wait).await;
-                }
-                decided => return decided,
-            }
-        }
+        let part = self.part(key);
+        self.plan(&part).acquire(permits).await
     }
 
     /// How many requests were allowed without a decision from Redis, under
-    /// [`FailurePolicy::FailOpen`], since the limiter was made (clones share the count).
-    /// Worth exporting as a metric: while it grows, nothing is limited.
+    /// [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen), since the limiter was
+    /// made (clones share the count); a [`RedisAll`](super::RedisAll) that fails open
+    /// counts here too, once a decision, for each of its members' limiters. Worth
+    /// exporting as a metric: while it grows, nothing is limited.
     ///
     /// ```no_run
     /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
@@ -236,7 +199,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub fn fail_open_count(&self) -> u64 {
-        self.shared.fail_open_decisions.load(Ordering::Relaxed)
+        self.shared
+            .common
+            .fail_open_decisions
+            .load(Ordering::Relaxed)
     }
 
     /// The most permits one request may ask for: a bucket's capacity, a window's limit.
@@ -279,7 +245,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub fn options(&self) -> &RedisOptions {
-        &self.shared.options
+        &self.shared.common.options
     }
 
     /// The Redis key that holds `key`'s state: `<prefix><kind>:<key>` (see
@@ -301,24 +267,36 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub fn redis_key(&self, key: &str) -> String {
-        format!("{}{}:{key}", self.shared.options.prefix(), A::TAG)
+        format!("{}{}:{key}", self.options().prefix(), A::TAG)
     }
 
-    /// Applies the failure policy to a call Redis did not decide.
-    fn undecided(&self, failure: RedisLimitError) -> Result<(), RedisLimitError> {
-        match self.shared.options.policy() {
-            FailurePolicy::FailOpen => {
-                self.shared
-                    .fail_open_decisions
-                    .fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            FailurePolicy::FailClosed => Err(failure),
+    /// This limiter, erased, as one member of a decision.
+    pub(crate) fn member_limiter(&self) -> Arc<dyn Member> {
+        self.shared.clone()
+    }
+
+    /// `key` as the one key of a decision.
+    fn part(&self, key: &str) -> [Part; 1] {
+        [Part {
+            limiter: self.member_limiter(),
+            key: self.redis_key(key),
+            count: 1,
+        }]
+    }
+
+    /// A decision on the one key of `part`, under this limiter's options.
+    fn plan<'a>(&self, part: &'a [Part; 1]) -> Plan<'a> {
+        let options = self.options();
+        Plan {
+            parts: part,
+            limiters: std::slice::from_ref(&part[0].limiter),
+            policy: options.policy(),
+            timeout: options.timeout(),
         }
     }
 }
 
-impl<A> Clone for RedisLimiter<A> {
+impl<A, C> Clone for RedisLimiter<A, C> {
     fn clone(&self) -> Self {
         RedisLimiter {
             shared: Arc::clone(&self.shared),
@@ -326,14 +304,18 @@ impl<A> Clone for RedisLimiter<A> {
     }
 }
 
-impl<A: fmt::Debug> fmt::Debug for RedisLimiter<A> {
+impl<A: fmt::Debug, C> fmt::Debug for RedisLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("algorithm", &self.shared.algorithm)
-            .field("options", &self.shared.options)
+            .field("options", &self.shared.common.options)
             .field(
                 "fail_open_count",
-                &self.shared.fail_open_decisions.load(Ordering::Relaxed),
+                &self
+                    .shared
+                    .common
+                    .fail_open_decisions
+                    .load(Ordering::Relaxed),
             )
             .finish_non_exhaustive()
     }

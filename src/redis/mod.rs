@@ -33,10 +33,12 @@
 //! They need Redis 4.0 or newer (for `HSET` of several fields); the tests run against
 //! Redis 7.0.
 //!
-//! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key:
-//!   read the state, decide, write it back, set the key's expiry. Scripts are called by
-//!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart or a
-//!   `SCRIPT FLUSH`) the script is loaded and called again.
+//! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key
+//!   (or on several, for [`all`]): read the state, decide, and only if it grants, write
+//!   it back and set the key's expiry (a refusal writes nothing). Scripts are called by
+//!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart, a
+//!   `SCRIPT FLUSH`, or on a cluster node that has not run it yet) the script's text is
+//!   sent with `EVAL`, which runs it and keeps it on that node.
 //! - **The server's clock.** Time is read inside the script with Redis's `TIME`, never
 //!   sent by the client, so application servers whose clocks disagree, by milliseconds or
 //!   by minutes, share one schedule and cannot over-issue. A server clock that steps back
@@ -54,6 +56,38 @@
 //!   means "nothing used", so Redis holds only keys in use. A Redis restart without
 //!   persistence forgets every key: all limits start afresh.
 //!
+//! # Several limits, one decision
+//!
+//! [`all`] decides over several [members](RedisLimiter::member), each a limiter and a
+//! key, in the same one script call: a request is admitted only if every member allows
+//! it, and then every member takes it; if any refuses, nothing changes and `retry_after`
+//! is the latest of the refusals'. Members may be of different algorithms: a token bucket
+//! per user and a sliding log per tenant, say. On Redis Cluster their keys must share one
+//! hash slot: give them one hash tag, such as `{user-42}`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use token_bucket::redis::{
+//!     all, driver, FailurePolicy, RedisOptions, RedisSlidingLog, RedisTokenBucket,
+//! };
+//! use token_bucket::Rate;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = driver::Client::open("redis://127.0.0.1/")?;
+//! let connection = driver::aio::ConnectionManager::new(client).await?;
+//! let options = RedisOptions::new(FailurePolicy::FailOpen);
+//! let rate = Rate::per_second(10);
+//! let per_user = RedisTokenBucket::new(connection.clone(), rate, 20, options.clone())?;
+//! let minute = Duration::from_secs(60);
+//! let per_tenant = RedisSlidingLog::new(connection, 1_000, minute, options)?;
+//! all([per_user.member("{tenant-7}:user-42"), per_tenant.member("{tenant-7}")])
+//!     .try_acquire(1)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # When Redis cannot decide
 //!
 //! Every call to Redis has a [timeout](RedisOptions::with_timeout) (100 ms unless told
@@ -67,6 +101,79 @@
 //! once Redis is back the limiter decides again, without being made anew; how soon is
 //! set by the manager's [`ConnectionManagerConfig`](driver::aio::ConnectionManagerConfig)
 //! (its retry delays).
+//!
+//! # Connections
+//!
+//! A limiter decides over the connection it is made with, of any type that is a
+//! [`RedisConnection`]: its type is the limiter's second parameter,
+//! `RedisLimiter<A, C = ConnectionManager>`, inferred from the connection passed to `new`.
+//!
+//! - [`ConnectionManager`](driver::aio::ConnectionManager), the default (so
+//!   `RedisTokenBucket` means `RedisTokenBucket<ConnectionManager>`): one server,
+//!   reconnecting by itself.
+//! - [`MultiplexedConnection`](driver::aio::MultiplexedConnection): one server, one
+//!   connection that is not remade once it drops.
+//! - [`ClusterConnection`](driver::cluster_async::ClusterConnection): Redis Cluster,
+//!   [below](#redis-cluster).
+//!
+//! ```no_run
+//! use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+//! use token_bucket::Rate;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = driver::Client::open("redis://127.0.0.1/")?;
+//! let connection = client.get_multiplexed_async_connection().await?;
+//! let options = RedisOptions::new(FailurePolicy::FailClosed);
+//! // A RedisTokenBucket<MultiplexedConnection>.
+//! let limiter = RedisTokenBucket::new(connection, Rate::per_second(10), 20, options)?;
+//! limiter.try_acquire("user-42", 1).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Redis Cluster
+//!
+//! Over a [`ClusterConnection`](driver::cluster_async::ClusterConnection) each decision
+//! goes to the master of its key's hash slot, so keys spread over the masters and so
+//! does the load; a decision over several keys ([`all`]) needs them in one slot (one
+//! hash tag, such as `{user-42}`). What a cluster's changes do to decisions:
+//!
+//! - **A slot migration.** The connection follows `ASK` (a key already moved, or new)
+//!   and `MOVED` (once the slot has moved) by itself, and the key's state moves with the
+//!   key (`MIGRATE` moves it whole, atomically). A call that still comes back `ASK`,
+//!   `MOVED` or `TRYAGAIN` was not run, and the limiter makes it again (after `ASK` or
+//!   `TRYAGAIN` until its timeout, after `MOVED` a few times, 15 ms at most): the
+//!   connection can lose its `ASKING` to concurrent traffic, and a decision over several
+//!   keys is told `TRYAGAIN` while they are split between two nodes. Nothing is decided
+//!   twice, nothing over-admitted.
+//! - **A master's failure.** Until a replica takes over (after the cluster's
+//!   `cluster-node-timeout`, then an election: about 2.5 s in the tests, with a 1 s
+//!   timeout), decisions on its slots fail and the [`FailurePolicy`] decides; then the
+//!   connection finds the new master and the limiter decides again. The new master knows
+//!   no scripts yet: `NOSCRIPT` sends each one once (above). What it knows of the keys
+//!   is what reached it: Redis replicates asynchronously, so grants a crashed master
+//!   made in its last moments may not have reached its replica, and those permits can
+//!   be granted again (the tests, on loopback, kill a master under traffic and see none
+//!   lost; across a network a few may be). A manual failover (`CLUSTER FAILOVER`, for
+//!   maintenance) lets the replica catch up first, as Redis documents it.
+//!
+//! ```no_run
+//! use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+//! use token_bucket::Rate;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"];
+//! let client = driver::cluster::ClusterClient::new(nodes)?;
+//! let connection = client.get_async_connection().await?;
+//! let options = RedisOptions::new(FailurePolicy::FailOpen);
+//! // A RedisTokenBucket<ClusterConnection>: each user's bucket on its slot's master.
+//! let limiter = RedisTokenBucket::new(connection, Rate::per_second(10), 20, options)?;
+//! limiter.try_acquire("user-42", 1).await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Not the in-process `Limiter`
 //!
@@ -83,6 +190,9 @@
 //! this feature; the rest of the crate keeps its older minimum.
 
 mod algorithm;
+mod all;
+mod connection;
+mod decision;
 mod error;
 mod fixed_window;
 mod jitter;
@@ -94,6 +204,8 @@ mod token_bucket;
 mod window;
 
 pub use self::algorithm::RedisAlgorithm;
+pub use self::all::{all, RedisAll, RedisMember};
+pub use self::connection::RedisConnection;
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};
 pub use self::limiter::RedisLimiter;
@@ -101,8 +213,9 @@ pub use self::policy::{FailurePolicy, RedisOptions};
 pub use self::sliding_log::{RedisSlidingLog, SlidingLogScript};
 pub use self::token_bucket::{RedisTokenBucket, TokenBucketScript};
 
-/// The [`redis`](https://docs.rs/redis) crate, re-exported: make the
-/// [`ConnectionManager`](driver::aio::ConnectionManager) the limiters take with it.
+/// The [`redis`](https://docs.rs/redis) crate, re-exported: make the connection the
+/// limiters take with it (a [`ConnectionManager`](driver::aio::ConnectionManager) unless
+/// you choose another [`RedisConnection`]).
 ///
 /// ```no_run
 /// use token_bucket::redis::driver;

@@ -84,7 +84,9 @@ impl RedisOptions {
     /// `<prefix><kind>:<key>`, `<kind>` being `tb`, `fw` or `sl` for the token bucket,
     /// fixed window and sliding log: limiters of different kinds never meet, but two
     /// limiters of one kind with different settings need different prefixes, or they
-    /// would read each other's state.
+    /// would read each other's state. Keep `{` out of the prefix where keys are sharded
+    /// by hash slot (Redis Cluster): it would start the hash tag that
+    /// [`all`](super::all) needs in the keys.
     ///
     /// ```
     /// use token_bucket::redis::{FailurePolicy, RedisOptions};

@@ -1,50 +1,214 @@
-//! Running a limiter's Lua script: one atomic round trip per decision, by the script's
-//! hash, loading the script when Redis answers `NOSCRIPT`, and reading its reply.
+//! Running the limiters' Lua scripts: one atomic round trip per decision, over one key or
+//! several, by the script's hash, sending the script's text when Redis answers `NOSCRIPT`,
+//! and reading its reply.
+//!
+//! Every script is put together from the same pieces: the prelude (the server's clock,
+//! exact integer helpers), algorithms, each as a `decide` step that writes nothing and a
+//! `commit` step, and the loop that decides every key and commits them all or none. A
+//! decision on one key runs the script with only its algorithm; a decision on several,
+//! the script with all three. (Redis runs a script's whole text on every call, so each
+//! algorithm a script defines costs every call a little, about 0.4 µs.)
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::{RedisResult, Script};
+use ::redis::aio::ConnectionLike;
+use ::redis::{Cmd, ErrorKind, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
-/// The helpers every script starts with: the server's clock and exact integer arithmetic.
+use super::algorithm::sealed::Algorithm;
+use super::{FixedWindowScript, SlidingLogScript, TokenBucketScript};
+
+/// The helpers every algorithm uses: the server's clock and exact integer arithmetic.
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-/// A limiter's script: the shared prelude, then the limiter's own `body`.
-pub(crate) fn limiter_script(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+/// The decision over `KEYS`, after the algorithms.
+const DECISION: &str = include_str!("lua/decision.lua");
+
+/// Each algorithm's tag and Lua source.
+const ALGORITHMS: [(&str, &str); 3] = [
+    (
+        <TokenBucketScript as Algorithm>::TAG,
+        include_str!("lua/token_bucket.lua"),
+    ),
+    (
+        <FixedWindowScript as Algorithm>::TAG,
+        include_str!("lua/fixed_window.lua"),
+    ),
+    (
+        <SlidingLogScript as Algorithm>::TAG,
+        include_str!("lua/sliding_log.lua"),
+    ),
+];
+
+/// A script's text and its SHA-1 hash, by which Redis knows it once it has run it.
+struct LuaScript {
+    text: String,
+    hash: String,
+}
+
+/// A script holding the algorithms `sources`.
+fn script_of<'a>(sources: impl IntoIterator<Item = &'a str>) -> LuaScript {
+    let mut text = String::from(PRELUDE);
+    text.extend(sources);
+    text.push_str(DECISION);
+    let hash = Script::new(&text).get_hash().to_owned();
+    LuaScript { text, hash }
+}
+
+/// For a decision on one key: one script per algorithm, in the order of [`ALGORITHMS`].
+static ONE_KEY: LazyLock<[LuaScript; 3]> =
+    LazyLock::new(|| ALGORITHMS.map(|(_, source)| script_of([source])));
+
+/// For a decision on several keys: every algorithm.
+static SEVERAL_KEYS: LazyLock<LuaScript> =
+    LazyLock::new(|| script_of(ALGORITHMS.map(|(_, source)| source)));
+
+/// The script for a decision on `keys` keys, the first of algorithm `first_tag`.
+fn script_for(keys: usize, first_tag: &str) -> &'static LuaScript {
+    let algorithm = ALGORITHMS.iter().position(|(tag, _)| *tag == first_tag);
+    match algorithm {
+        Some(index) if keys == 1 => &ONE_KEY[index],
+        _ => &SEVERAL_KEYS,
+    }
 }
 
 /// What a script decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
-    /// The permits were taken.
+    /// The permits were taken, from every key.
     Granted,
     /// Nothing was taken; the same request could succeed after `retry_after`.
     Limited { retry_after: Duration },
 }
 
-/// Runs `script` on `key` with `arguments`, in one round trip while Redis holds the
-/// script: `EVALSHA` by its hash, so the text crosses the network only when Redis answers
-/// `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`), and is then loaded and called again.
-pub(crate) async fn decide(
-    script: &Script,
-    mut connection: ConnectionManager,
-    key: &[u8],
-    arguments: [u64; 3],
-) -> RedisResult<Decision> {
-    let mut invocation = script.key(key);
-    for argument in arguments {
-        invocation.arg(argument);
-    }
-    // Every script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
-    let (granted, retry_after_ms): (u64, u64) = invocation.invoke_async(&mut connection).await?;
-    Ok(if granted == 1 {
-        Decision::Granted
-    } else {
-        Decision::Limited {
-            retry_after: Duration::from_millis(retry_after_ms),
+/// One key of a decision: the key, its algorithm's tag and the algorithm's arguments.
+pub(crate) struct KeyCall<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) tag: &'static str,
+    pub(crate) arguments: [u64; 3],
+}
+
+/// A decision over some keys, put together and ready to be sent over any connection: the
+/// script, and what follows its hash or text in `EVALSHA` and `EVAL` (the number of keys,
+/// the keys, the arguments).
+pub(crate) struct ScriptCall {
+    script: &'static LuaScript,
+    rest: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    /// The call deciding over `keys` (at least one, each once). It holds its own copy of
+    /// them, so its future borrows nothing.
+    pub(crate) fn new<'a>(keys: impl ExactSizeIterator<Item = KeyCall<'a>>) -> ScriptCall {
+        let mut keys = keys.peekable();
+        let first_tag = keys.peek().map_or("", |first| first.tag);
+        let script = script_for(keys.len(), first_tag);
+        let mut names = Vec::new();
+        let mut arguments = Vec::new();
+        keys.len().write_redis_args(&mut names);
+        for KeyCall {
+            key,
+            tag,
+            arguments: numbers,
+        } in keys
+        {
+            key.write_redis_args(&mut names);
+            tag.write_redis_args(&mut arguments);
+            for number in numbers {
+                number.write_redis_args(&mut arguments);
+            }
         }
-    })
+        names.append(&mut arguments);
+        ScriptCall {
+            script,
+            rest: names,
+        }
+    }
+
+    /// `EVALSHA` or `EVAL` of the script (its hash or its text).
+    fn command(&self, name: &str, script: &str) -> Cmd {
+        let mut command = ::redis::cmd(name);
+        command.arg(script).arg(&self.rest[..]);
+        command
+    }
+
+    /// Decides in one round trip while Redis holds the script: `EVALSHA` by its hash, so
+    /// the text crosses the network only when Redis answers `NOSCRIPT` (after a restart,
+    /// a `SCRIPT FLUSH`, or on a cluster node, such as a replica just promoted, that has
+    /// not run it yet). The text is then sent with `EVAL`, which runs it and keeps it, on
+    /// the node that answered: routed by the keys like `EVALSHA`, not loaded on every
+    /// node as `SCRIPT LOAD` would be on a cluster (where one node down would fail it).
+    ///
+    /// A call that comes back redirected (`ASK`, `MOVED`) or told to try again
+    /// (`TRYAGAIN`) was not run, so it is made again, a little later each time (from
+    /// 1 ms, doubling, up to [`LONGEST_PAUSE`]): after `ASK` or `TRYAGAIN`, which last only
+    /// while a slot migrates, until the caller's timeout ends it; after `MOVED`, up to
+    /// [`MOVED_TRIES`] times in all. A cluster connection follows redirections itself, but
+    /// can run out of its own retries during a slot migration: under concurrent traffic
+    /// on one connection, another request can come between its `ASKING` and the command
+    /// it was for, which the target then answers with `MOVED`, back to the source.
+    pub(crate) async fn run<C: ConnectionLike>(self, mut connection: C) -> RedisResult<Decision> {
+        let mut pause = Duration::from_millis(1);
+        let mut moved = 0;
+        loop {
+            match self.run_once(&mut connection).await {
+                Err(error) if again(&error, &mut moved) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+                decided => return decided,
+            }
+        }
+    }
+
+    /// One try of [`run`](Self::run).
+    async fn run_once<C: ConnectionLike>(&self, connection: &mut C) -> RedisResult<Decision> {
+        let by_hash = self
+            .command("EVALSHA", &self.script.hash)
+            .query_async(connection)
+            .await;
+        // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
+        let (granted, retry_after_ms): (u64, u64) = match by_hash {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.command("EVAL", &self.script.text)
+                    .query_async(connection)
+                    .await?
+            }
+            reply => reply?,
+        };
+        Ok(if granted == 1 {
+            Decision::Granted
+        } else {
+            Decision::Limited {
+                retry_after: Duration::from_millis(retry_after_ms),
+            }
+        })
+    }
+}
+
+/// The longest pause of [`ScriptCall::run`] between two tries of a call not run.
+const LONGEST_PAUSE: Duration = Duration::from_millis(16);
+
+/// How many times [`ScriptCall::run`] tries a call that keeps coming back `MOVED`: not
+/// more, so that a connection that can never follow it (a single server's, to one node
+/// of a cluster) gets its `MOVED` back within 15 ms, as
+/// [`RedisLimitError::Unavailable`], rather than waiting out its timeout.
+///
+/// [`RedisLimitError::Unavailable`]: super::RedisLimitError::Unavailable
+const MOVED_TRIES: u32 = 5;
+
+/// Whether `error` says the script was not run, and it should be tried again: sent on
+/// by `ASK` or told `TRYAGAIN` (its slot is migrating), or sent on by `MOVED`, `moved`
+/// counting the tries that were.
+fn again(error: &::redis::RedisError, moved: &mut u32) -> bool {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask | ServerErrorKind::TryAgain) => true,
+        ErrorKind::Server(ServerErrorKind::Moved) => {
+            *moved += 1;
+            *moved < MOVED_TRIES
+        }
+        _ => false,
+    }
 }
 
 // The integration tests' throwaway server; these tests only start and stop it.
@@ -57,6 +221,7 @@ mod test_server;
 mod tests {
     use super::test_server::RedisServer;
     use super::*;
+    use ::redis::aio::ConnectionManager;
 
     /// Runs `expression` after the prelude in a real Redis; each value comes back as text.
     async fn evaluate(connection: &mut ConnectionManager, expressions: &[&str]) -> Vec<String> {

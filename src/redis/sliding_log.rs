@@ -1,16 +1,10 @@
 //! [`RedisSlidingLog`]: at most `limit` permits per key in any interval of `window`,
 //! exactly, with one sorted-set member per permit.
 
-use std::sync::LazyLock;
+use ::redis::aio::ConnectionManager;
 
-use ::redis::Script;
-
-use super::scripts::limiter_script;
 use super::window::{WindowKind, WindowSettings};
 use super::RedisLimiter;
-
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| limiter_script(include_str!("lua/sliding_log.lua")));
 
 /// The exact sliding-window limiter in Redis: at most `limit` permits per key in **any**
 /// interval of length `window`.
@@ -41,7 +35,7 @@ static SCRIPT: LazyLock<Script> =
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisSlidingLog = RedisLimiter<SlidingLogScript>;
+pub type RedisSlidingLog<C = ConnectionManager> = RedisLimiter<SlidingLogScript, C>;
 
 /// The settings and script of a [`RedisSlidingLog`].
 ///
@@ -62,10 +56,6 @@ impl WindowKind for SlidingLogScript {
     // One key then holds at most about 4 MB, and one decision adds at most that many
     // members.
     const MAX_LIMIT: u64 = 1 << 16;
-
-    fn script() -> &'static Script {
-        &SCRIPT
-    }
 
     fn from_settings(settings: WindowSettings) -> Self {
         SlidingLogScript { settings }

@@ -1,19 +1,13 @@
 //! [`RedisTokenBucket`]: a token bucket per key, its tokens counted exactly in parts of
 //! a token that accrue a whole number per microsecond of the Redis server's clock.
 
-use std::sync::LazyLock;
-
 use ::redis::aio::ConnectionManager;
-use ::redis::Script;
 
 use super::algorithm::sealed::Algorithm;
-use super::scripts::limiter_script;
+use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 use crate::rate::Rate;
-
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| limiter_script(include_str!("lua/token_bucket.lua")));
 
 /// Lua's numbers are doubles: integers are exact below this.
 const EXACT_BELOW: u128 = 1 << 53;
@@ -44,7 +38,7 @@ const EXACT_BELOW: u128 = 1 << 53;
 /// # Ok(())
 /// # }
 /// ```
-pub type RedisTokenBucket = RedisLimiter<TokenBucketScript>;
+pub type RedisTokenBucket<C = ConnectionManager> = RedisLimiter<TokenBucketScript, C>;
 
 /// The settings and script of a [`RedisTokenBucket`].
 ///
@@ -110,10 +104,6 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 impl Algorithm for TokenBucketScript {
     const TAG: &'static str = "tb";
 
-    fn script(&self) -> &'static Script {
-        &SCRIPT
-    }
-
     fn limit(&self) -> u64 {
         self.capacity
     }
@@ -128,7 +118,7 @@ impl Algorithm for TokenBucketScript {
     }
 }
 
-impl RedisLimiter<TokenBucketScript> {
+impl<C: RedisConnection> RedisLimiter<TokenBucketScript, C> {
     /// Buckets of `capacity` tokens gaining them at `rate`, one per key, kept in Redis
     /// over `connection`. Every bucket starts full.
     ///
@@ -164,11 +154,11 @@ impl RedisLimiter<TokenBucketScript> {
     /// # }
     /// ```
     pub fn new(
-        connection: ConnectionManager,
+        connection: C,
         rate: Rate,
         capacity: u64,
         options: RedisOptions,
-    ) -> Result<RedisTokenBucket, ConfigError> {
+    ) -> Result<RedisTokenBucket<C>, ConfigError> {
         let algorithm = TokenBucketScript::new(rate, capacity)?;
         RedisLimiter::with_algorithm(connection, algorithm, options)
     }

@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::Script;
-
 use super::algorithm::sealed::Algorithm;
+use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 
@@ -57,19 +55,16 @@ impl WindowSettings {
     }
 }
 
-/// A window limiter's kind: its script and its bounds. Each kind's settings are a
+/// A window limiter's kind: its tag and its bounds. Each kind's settings are a
 /// [`WindowSettings`]; the rest of [`Algorithm`] follows. Sealed, like [`Algorithm`]:
 /// public in a private module, so that the limiters' public impls may name it.
 pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
-    /// As [`Algorithm::TAG`].
+    /// As [`Algorithm::TAG`]. Its script takes the limit, the window in microseconds and
+    /// the permits asked for.
     const TAG: &'static str;
 
     /// The largest limit the kind accepts.
     const MAX_LIMIT: u64;
-
-    /// The kind's script, called with the limit, the window in microseconds and the
-    /// permits asked for.
-    fn script() -> &'static Script;
 
     fn from_settings(settings: WindowSettings) -> Self;
 
@@ -78,10 +73,6 @@ pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
 
 impl<K: WindowKind> Algorithm for K {
     const TAG: &'static str = K::TAG;
-
-    fn script(&self) -> &'static Script {
-        K::script()
-    }
 
     fn limit(&self) -> u64 {
         self.settings().limit
@@ -93,8 +84,10 @@ impl<K: WindowKind> Algorithm for K {
     }
 }
 
-/// The constructor and accessors of [`RedisFixedWindow`](super::RedisFixedWindow) and
-/// [`RedisSlidingLog`](super::RedisSlidingLog).
+/// The bounds of [`RedisFixedWindow`](super::RedisFixedWindow) and
+/// [`RedisSlidingLog`](super::RedisSlidingLog), the same whatever the connection (named
+/// here for the default one, so that `RedisSlidingLog::MAX_LIMIT` needs no connection
+/// type).
 impl<K: WindowKind> RedisLimiter<K> {
     /// The largest limit: for [`RedisFixedWindow`](super::RedisFixedWindow) 2^52, so that
     /// a count plus a request stays below 2^53, which Lua counts exactly; for
@@ -104,7 +97,11 @@ impl<K: WindowKind> RedisLimiter<K> {
 
     /// The longest window: 2^50 µs, about 35 years.
     pub const MAX_WINDOW: Duration = MAX_WINDOW;
+}
 
+/// The constructor and accessors of [`RedisFixedWindow`](super::RedisFixedWindow) and
+/// [`RedisSlidingLog`](super::RedisSlidingLog).
+impl<K: WindowKind, C: RedisConnection> RedisLimiter<K, C> {
     /// At most `limit` permits per key in each `window` (for a
     /// [`RedisFixedWindow`](super::RedisFixedWindow)) or in any interval of `window` (for
     /// a [`RedisSlidingLog`](super::RedisSlidingLog)), decided by Redis over
@@ -145,11 +142,11 @@ impl<K: WindowKind> RedisLimiter<K> {
     /// # }
     /// ```
     pub fn new(
-        connection: ConnectionManager,
+        connection: C,
         limit: u64,
         window: Duration,
         options: RedisOptions,
-    ) -> Result<RedisLimiter<K>, ConfigError> {
+    ) -> Result<RedisLimiter<K, C>, ConfigError> {
         let settings = WindowSettings::new(limit, window, K::MAX_LIMIT)?;
         RedisLimiter::with_algorithm(connection, K::from_settings(settings), options)
     }

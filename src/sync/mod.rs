@@ -1,22 +1,17 @@
-//! The synchronisation primitives under the bucket's core (its lock, the atomics beside
-//! it, and the oneshot channels that carry outcomes to waiters) and under the fixed
-//! window (its one atomic word).
+//! The synchronisation primitives under the bucket's core (its lock and the atomics beside
+//! it) and under the fixed window (its one atomic word).
 //!
 //! They are named here, once, so that a model checker can stand in for them: built with
 //! `RUSTFLAGS="--cfg loom"`, these are [loom](https://docs.rs/loom)'s versions, and the
 //! tests in `loom_tests.rs` explore every interleaving of the core's operations.
-//! Otherwise they are the standard library's and tokio's, at no cost.
+//! Otherwise they are the standard library's, at no cost.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-pub(crate) use tokio::sync::oneshot;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(loom)]
-pub(crate) mod oneshot;

@@ -1,0 +1,190 @@
+//! One decision over one key or several, shared by [`RedisLimiter`](super::RedisLimiter)
+//! (one key) and [`RedisAll`](super::RedisAll) (several): the checks made without asking
+//! Redis, the call bounded by the timeout, the failure policy, and `acquire`'s waiting.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::{ErrorKind, RedisResult, ServerErrorKind};
+use futures::future::BoxFuture;
+
+use super::algorithm::sealed::Algorithm;
+use super::connection::RedisConnection;
+use super::error::RedisLimitError;
+use super::jitter::Jitter;
+use super::policy::{FailurePolicy, RedisOptions};
+use super::scripts::{Decision, KeyCall, ScriptCall};
+
+/// What every limiter has whatever its algorithm and connection: its options, its count
+/// of decisions not made, and its jitter.
+pub(crate) struct Common {
+    pub(crate) options: RedisOptions,
+    pub(crate) fail_open_decisions: AtomicU64,
+    pub(crate) jitter: Jitter,
+}
+
+impl Common {
+    pub(crate) fn new(options: RedisOptions) -> Common {
+        Common {
+            options,
+            fail_open_decisions: AtomicU64::new(0),
+            jitter: Jitter::new(),
+        }
+    }
+}
+
+/// A limiter's shared state: what every limiter has, its algorithm's settings, and its
+/// connection.
+pub(crate) struct Shared<A, C> {
+    pub(crate) common: Common,
+    pub(crate) algorithm: A,
+    pub(crate) connection: C,
+}
+
+/// A limiter seen without the types of its algorithm and connection, so that one
+/// decision can span limiters of different algorithms.
+pub(crate) trait Member: Send + Sync {
+    fn common(&self) -> &Common;
+
+    /// Makes `call` over this limiter's connection.
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>>;
+
+    /// As [`Algorithm::TAG`].
+    fn tag(&self) -> &'static str;
+
+    /// As [`Algorithm::limit`].
+    fn limit(&self) -> u64;
+
+    /// As [`Algorithm::arguments`].
+    fn arguments(&self, permits: u64) -> [u64; 3];
+
+    /// The algorithm's settings, for `Debug`.
+    fn algorithm(&self) -> &dyn fmt::Debug;
+}
+
+impl<A: Algorithm, C: RedisConnection> Member for Shared<A, C> {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>> {
+        Box::pin(call.run(self.connection.clone()))
+    }
+
+    fn tag(&self) -> &'static str {
+        A::TAG
+    }
+
+    fn limit(&self) -> u64 {
+        self.algorithm.limit()
+    }
+
+    fn arguments(&self, permits: u64) -> [u64; 3] {
+        self.algorithm.arguments(permits)
+    }
+
+    fn algorithm(&self) -> &dyn fmt::Debug {
+        &self.algorithm
+    }
+}
+
+/// One key of a decision: the limiter whose algorithm and settings decide it, the whole
+/// Redis key, and how many members ask on it (each asks for the same permits).
+#[derive(Clone)]
+pub(crate) struct Part {
+    pub(crate) limiter: Arc<dyn Member>,
+    pub(crate) key: String,
+    pub(crate) count: u64,
+}
+
+impl Part {
+    /// The permits a request of `permits` per member takes from this key, saturating.
+    fn requested(&self, permits: u64) -> u64 {
+        permits.saturating_mul(self.count)
+    }
+}
+
+/// A decision to make: its keys, each once, in order (the first's connection makes the
+/// call, the first's jitter spreads the waits), and how Redis's failures are answered.
+pub(crate) struct Plan<'a> {
+    pub(crate) parts: &'a [Part],
+    /// Every limiter that takes part, each once: each counts a decision not made.
+    pub(crate) limiters: &'a [Arc<dyn Member>],
+    pub(crate) policy: FailurePolicy,
+    pub(crate) timeout: Duration,
+}
+
+impl Plan<'_> {
+    /// Takes `permits` from every part (times its count) if all allow now, else nothing.
+    pub(crate) async fn try_acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        let Some(first) = self.parts.first() else {
+            return Err(RedisLimitError::NoMembers);
+        };
+        for part in self.parts {
+            let (requested, limit) = (part.requested(permits), part.limiter.limit());
+            if requested > limit {
+                return Err(RedisLimitError::ExceedsLimit { requested, limit });
+            }
+        }
+        if permits == 0 {
+            return Ok(());
+        }
+        // The connection and the timeout need tokio; without it they would panic.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RedisLimitError::NoRuntime);
+        }
+        let keys = self.parts.iter().map(|part| KeyCall {
+            key: &part.key,
+            tag: part.limiter.tag(),
+            // At most the limit, checked above.
+            arguments: part.limiter.arguments(part.requested(permits)),
+        });
+        let call = first.limiter.run(ScriptCall::new(keys));
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(Decision::Granted)) => Ok(()),
+            Ok(Ok(Decision::Limited { retry_after })) => {
+                Err(RedisLimitError::Limited { retry_after })
+            }
+            // The keys, not Redis, are at fault: no policy would make them work.
+            Ok(Err(error)) if error.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) => {
+                Err(RedisLimitError::CrossSlot { error })
+            }
+            Ok(Err(error)) => self.undecided(RedisLimitError::Unavailable { error }),
+            Err(_elapsed) => self.undecided(RedisLimitError::Timeout {
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    /// Tries, and after each refusal sleeps its `retry_after` plus jitter and tries again.
+    pub(crate) async fn acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        loop {
+            match self.try_acquire(permits).await {
+                Err(RedisLimitError::Limited { retry_after }) => {
+                    // A refusal came from Redis, so there is a first part.
+                    let jitter = &self.parts[0].limiter.common().jitter;
+                    tokio::time::sleep(retry_after + jitter.extra_wait(retry_after)).await;
+                }
+                decided => return decided,
+            }
+        }
+    }
+
+    /// Applies the failure policy to a call Redis did not decide.
+    fn undecided(&self, failure: RedisLimitError) -> Result<(), RedisLimitError> {
+        match self.policy {
+            FailurePolicy::FailOpen => {
+                for limiter in self.limiters {
+                    limiter
+                        .common()
+                        .fail_open_decisions
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            FailurePolicy::FailClosed => Err(failure),
+        }
+    }
+}
