@@ -66,6 +66,14 @@
 //!   nanoseconds per item. The per-stream set-up (ours clones a handle, governor arms a
 //!   `futures-timer` delay) is included, spread over the items.
 //!
+//! - `several_limits`: ours alone, one limit beside two (issue 14): `try_take(1)` and
+//!   `take(1).await` with the tokens there, on the bucket above (`*-1-limit`) and on the
+//!   same with a second limit as ample beside it, 10^9 an hour holding 10^9
+//!   (`*-2-limits`). A bucket of several limits keeps the fast path's word seized and
+//!   takes its lock for every request, so this is the price of the lock and of a second
+//!   ledger. `cargo bench --bench micro -- several_limits` runs it alone; the summary
+//!   prints its own table, with the ratio.
+//!
 //! # Reading the ratios
 //!
 //! Divide our time by a peer's, within one group of one run: below 1 we are faster,
@@ -102,6 +110,17 @@ const AMPLE: u32 = 1_000_000_000;
 /// Our bucket: `AMPLE` tokens a second, holding `AMPLE`, starting full.
 fn ours() -> TokenBucket {
     TokenBucket::new(Rate::per_second(u64::from(AMPLE)), u64::from(AMPLE))
+        .expect("a valid configuration")
+}
+
+/// [`ours`] with a second limit beside the first, as ample: `AMPLE` an hour, holding
+/// `AMPLE`, starting full. Every request takes the lock (see `src/bucket/limits.rs`).
+fn ours_two_limits() -> TokenBucket {
+    TokenBucket::builder()
+        .rate(Rate::per_second(u64::from(AMPLE)))
+        .capacity(u64::from(AMPLE))
+        .limit(Rate::per_hour(u64::from(AMPLE)), u64::from(AMPLE))
+        .build()
         .expect("a valid configuration")
 }
 
@@ -363,10 +382,35 @@ fn stream_throttle(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `several_limits` group's benchmarks: (operation, one limit, two limits).
+const SEVERAL_LIMITS: [(&str, &str, &str); 2] = [
+    ("try_take(1)", "try_take-1-limit", "try_take-2-limits"),
+    ("take(1).await", "take-1-limit", "take-2-limits"),
+];
+
+fn several_limits(c: &mut Criterion) {
+    let runtime = current_thread_runtime();
+    let mut group = c.benchmark_group("several_limits");
+    let [(_, try_one, try_two), (_, take_one, take_two)] = SEVERAL_LIMITS;
+    for (bench, bucket) in [(try_one, ours()), (try_two, ours_two_limits())] {
+        group.bench_function(bench, |b| {
+            b.iter(|| granted(black_box(&bucket).try_take(1).is_ok(), bench));
+        });
+    }
+    for (bench, bucket) in [(take_one, ours()), (take_two, ours_two_limits())] {
+        group.bench_function(bench, |b| {
+            b.to_async(&runtime).iter(|| async {
+                granted(black_box(&bucket).take(1).await.is_ok(), bench);
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     config = config();
-    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle
+    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle, several_limits
 }
 
 // ---------------------------------------------------------------------------------------
@@ -430,11 +474,32 @@ fn nanoseconds(
     Some(per_iteration_ns / per_iteration as f64)
 }
 
+/// The `several_limits` table: one limit beside two, if this run measured them.
+fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
+    let figure = |bench: &str| nanoseconds(home, "several_limits", bench, 1, since);
+    let rows: Vec<_> = SEVERAL_LIMITS
+        .iter()
+        .filter_map(|&(operation, one, two)| Some((operation, figure(one)?, figure(two)?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!("Several limits, nanoseconds per operation with the tokens there, this run:");
+    println!();
+    println!("| operation | one limit | two limits | two ÷ one |");
+    println!("|---|---|---|---|");
+    for (operation, one, two) in rows {
+        println!("| {operation} | {one:.1} | {two:.1} | {:.2} |", two / one);
+    }
+}
+
 fn print_summary(since: std::time::SystemTime) {
     let Some(home) = criterion_home() else {
         eprintln!("summary: cannot tell where criterion keeps its figures");
         return;
     };
+    print_several_limits(&home, since);
     let mut rows = Vec::new();
     for (group, per_iteration) in GROUPS {
         let figure = |bench: &str| nanoseconds(&home, group, bench, per_iteration, since);

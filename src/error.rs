@@ -162,6 +162,12 @@ fn exceeds_capacity(f: &mut fmt::Formatter<'_>, requested: u64, capacity: u64) -
 ///     ConfigError::InitialExceedsCapacity { initial: 4, capacity: 3 },
 /// );
 /// assert_eq!(TokenBucket::builder().capacity(3).build().unwrap_err(), ConfigError::MissingRate);
+/// let bucket = TokenBucket::new(Rate::per_second(5), 3)?;
+/// assert_eq!(
+///     bucket.set_limit_rate(1, Rate::per_hour(100)).unwrap_err(),
+///     ConfigError::NoSuchLimit { limit: 1, limits: 1 },
+/// );
+/// # Ok::<(), ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -237,6 +243,17 @@ pub enum ConfigError {
         /// fast to count).
         max_capacity: u64,
     },
+    /// [`set_limit_rate`](crate::TokenBucket::set_limit_rate) or
+    /// [`set_limit_capacity`](crate::TokenBucket::set_limit_capacity) named a limit the
+    /// bucket does not have. Limits are numbered from 0, the one
+    /// [`rate`](crate::Builder::rate) and [`capacity`](crate::Builder::capacity) set;
+    /// the others follow in the order [`limit`](crate::Builder::limit) added them.
+    NoSuchLimit {
+        /// The limit named.
+        limit: usize,
+        /// How many limits the bucket has.
+        limits: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -290,6 +307,14 @@ impl fmt::Display for ConfigError {
                 "a capacity of {capacity} at {rate} is beyond what the Redis token bucket counts \
                  exactly: at this rate the largest capacity is {max_capacity}"
             ),
+            ConfigError::NoSuchLimit { limit, limits } => {
+                let plural = if *limits == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "there is no limit {limit}: the bucket has {limits} limit{plural}, \
+                     numbered from 0"
+                )
+            }
         }
     }
 }

@@ -104,7 +104,9 @@ pub use throttle::{sink, stream};
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-pub use bucket::{Builder, Closed, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout};
+pub use bucket::{
+    Builder, Closed, LimitStats, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout,
+};
 pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;

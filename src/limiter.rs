@@ -182,8 +182,13 @@ impl Limiter for TokenBucket {
 
     fn is_idle(&self) -> bool {
         let stats = self.stats();
+        // With several limits `available` is the least and `capacity` the smallest: every
+        // limit must be full, or forgetting the key would refill a larger one.
+        let full = stats.available == stats.capacity
+            && (self.limit_count() == 1
+                || (self.limit_stats().iter()).all(|limit| limit.available == limit.capacity));
         // A closed bucket stays closed: forgetting it would reopen the key.
-        !stats.closed && stats.queued == 0 && stats.available == stats.capacity
+        !stats.closed && stats.queued == 0 && full
     }
 
     fn fresh(&self) -> TokenBucket {

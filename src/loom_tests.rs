@@ -537,3 +537,36 @@ fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
         assert_handed_back(&bucket, SECOND, 1, 0);
     });
 }
+
+/// On a bucket of two limits (1 a second each, holding at most 1 and 3, empty at 0), a
+/// waiter granted its token at 1 s drops the grant unseen at 2 s while a taker races it.
+/// Had the grant never been made, the first limit would have been full from 1 s, its
+/// token dropped by the cap, and the second would hold one more: in either order each
+/// limit gets back what it had room for, and after the taker the limits hold 0 and 1.
+/// The word stays seized: a bucket of several limits is served under the lock.
+#[test]
+fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_for() {
+    model(|| {
+        let bucket = TokenBucket::builder()
+            .rate(Rate::per_second(1))
+            .capacity(1)
+            .limit(Rate::per_second(1), 3)
+            .initial(0)
+            .build()
+            .unwrap();
+        let id = queue(&bucket, take(1));
+        set_time(SECOND);
+        refill_wakes(&bucket);
+        set_time(2 * SECOND);
+        let taker = on_thread(&bucket, |bucket| bucket.try_take(1));
+        bucket.leave(id, take(1), Leaving::Dropped);
+        assert_eq!(taker.join().unwrap(), Ok(()));
+        let held: Vec<u64> = (bucket.limit_stats().iter())
+            .map(|limit| limit.available)
+            .collect();
+        assert_eq!(held, [0, 1]);
+        let stats = bucket.stats();
+        assert_eq!((stats.taken, stats.available, stats.queued), (1, 0, 0));
+        assert_eq!(bucket.shared().fast.available(2 * SECOND), None);
+    });
+}

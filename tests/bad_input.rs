@@ -152,6 +152,165 @@ fn initial_above_capacity_is_refused_naming_both() {
 }
 
 #[test]
+fn initial_above_any_limit_capacity_is_refused_naming_the_smallest() {
+    // The first limit holds 10, the second 4, the third 6: 5 is above the second's.
+    let error = TokenBucket::builder()
+        .rate(Rate::per_second(1))
+        .capacity(10)
+        .limit(Rate::per_minute(10), 4)
+        .limit(Rate::per_hour(10), 6)
+        .initial(5)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        error,
+        ConfigError::InitialExceedsCapacity {
+            initial: 5,
+            capacity: 4
+        }
+    );
+    let text = error.to_string();
+    assert!(text.contains('5') && text.contains('4'), "{text}");
+    // At most every capacity is fine.
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(1))
+        .capacity(10)
+        .limit(Rate::per_minute(10), 4)
+        .initial(4)
+        .build()
+        .unwrap();
+    assert_eq!(bucket.available(), 4);
+}
+
+#[test]
+fn a_zero_rate_or_capacity_in_a_further_limit_is_refused() {
+    let with_limit = |rate, capacity| {
+        TokenBucket::builder()
+            .rate(Rate::per_second(10))
+            .capacity(10)
+            .limit(rate, capacity)
+            .build()
+    };
+    for rate in [
+        Rate::per_hour(0),
+        Rate::new(5, Duration::ZERO),
+        Rate::every(Duration::ZERO),
+    ] {
+        assert_eq!(
+            with_limit(rate, 5).unwrap_err(),
+            ConfigError::ZeroRate,
+            "{rate}"
+        );
+    }
+    assert_eq!(
+        with_limit(Rate::per_hour(100), 0).unwrap_err(),
+        ConfigError::ZeroCapacity
+    );
+    // Changing a further limit to zero is refused too, and changes nothing.
+    let bucket = with_limit(Rate::per_hour(100), 5).unwrap();
+    assert_eq!(
+        bucket.set_limit_rate(1, Rate::per_hour(0)),
+        Err(ConfigError::ZeroRate)
+    );
+    assert_eq!(
+        bucket.set_limit_capacity(1, 0),
+        Err(ConfigError::ZeroCapacity)
+    );
+    let limits = bucket.limit_stats();
+    assert_eq!(
+        (limits[1].rate, limits[1].capacity),
+        (Rate::per_hour(100), 5)
+    );
+    assert_eq!(bucket.capacity(), 5);
+}
+
+#[test]
+fn a_limit_the_bucket_does_not_have_is_refused_with_no_such_limit() {
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(10))
+        .capacity(10)
+        .limit(Rate::per_hour(100), 100)
+        .build()
+        .unwrap();
+    for limit in [2, 3, usize::MAX] {
+        let expected = ConfigError::NoSuchLimit { limit, limits: 2 };
+        assert_eq!(
+            bucket.set_limit_rate(limit, Rate::per_second(1)),
+            Err(expected)
+        );
+        assert_eq!(bucket.set_limit_capacity(limit, 1), Err(expected));
+        // Named first, even when the rate or capacity is bad too.
+        assert_eq!(
+            bucket.set_limit_rate(limit, Rate::per_second(0)),
+            Err(expected)
+        );
+        assert_eq!(bucket.set_limit_capacity(limit, 0), Err(expected));
+    }
+    let text = ConfigError::NoSuchLimit {
+        limit: 2,
+        limits: 2,
+    }
+    .to_string();
+    assert_eq!(
+        text,
+        "there is no limit 2: the bucket has 2 limits, numbered from 0"
+    );
+    // Nothing changed.
+    let limits = bucket.limit_stats();
+    assert_eq!(
+        (limits[0].rate, limits[0].capacity, limits[1].capacity),
+        (Rate::per_second(10), 10, 100)
+    );
+    // A bucket of one limit has limit 0 only.
+    let single = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    assert_eq!(
+        single.set_limit_capacity(1, 5),
+        Err(ConfigError::NoSuchLimit {
+            limit: 1,
+            limits: 1
+        })
+    );
+    assert!(ConfigError::NoSuchLimit {
+        limit: 1,
+        limits: 1
+    }
+    .to_string()
+    .contains("has 1 limit,"));
+    single.set_limit_capacity(0, 5).unwrap();
+    assert_eq!(single.capacity(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_above_a_further_limit_s_smaller_capacity_is_refused_naming_it() {
+    let bucket = TokenBucket::builder()
+        .rate(Rate::per_second(10))
+        .capacity(10)
+        .limit(Rate::per_hour(100), 3)
+        .build()
+        .unwrap();
+    let exceeds = TryTakeError::ExceedsCapacity {
+        requested: 4,
+        capacity: 3,
+    };
+    assert_eq!(bucket.try_take(4), Err(exceeds));
+    assert!(exceeds.to_string().contains('4') && exceeds.to_string().contains('3'));
+    for result in [
+        bucket.take(4).await,
+        bucket.wait(4).await,
+        bucket.take_timeout(4, secs(1)).await,
+    ] {
+        assert_eq!(
+            result,
+            Err(TakeError::ExceedsCapacity {
+                requested: 4,
+                capacity: 3
+            })
+        );
+    }
+    assert_eq!(bucket.stats().queued, 0);
+}
+
+#[test]
 fn builder_without_a_rate_is_refused_with_missing_rate() {
     assert_eq!(
         TokenBucket::builder().build().unwrap_err(),

@@ -353,7 +353,8 @@ fn a_grant_dropped_unseen_while_another_waits_agrees_with_the_model() {
             period: 3_000_000,
         },
         capacity: 2,
-        initial: 0,
+        more: Vec::new(),
+        initial: Some(0),
         queue_limit: None,
     };
     let take = |tokens| Op::Request {
@@ -375,6 +376,6 @@ fn a_grant_dropped_unseen_while_another_waits_agrees_with_the_model() {
         Op::TryTake(1),
         Op::TryTake(1),
     ];
-    let summary = lockstep::run(setup, &ops).unwrap();
+    let summary = lockstep::run(&setup, &ops).unwrap();
     assert_eq!(summary.unseen_grants_dropped, 1);
 }

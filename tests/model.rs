@@ -1,10 +1,12 @@
 //! Model-based tests (issue 7): random sequences of every operation, run on a real bucket
 //! on paused time and on the sequential reference model (`common/model.rs`), compared
-//! after every step (`common/lockstep.rs`); and a conservation check under saturating
-//! demand that needs no model at all.
+//! after every step (`common/lockstep.rs`), for buckets of one limit and of up to three
+//! (issue 14); and a conservation check under saturating demand that needs no model at
+//! all.
 //!
-//! Each property runs `PROPTEST_CASES` cases (1,024 by default, about 2 s in debug): for
-//! a longer search, `PROPTEST_CASES=100000 cargo test --test model` (about 4 minutes). A
+//! Each property runs `PROPTEST_CASES` cases (1,024 by default, all of them in about 8 s
+//! in debug): for a longer search, `PROPTEST_CASES=100000 cargo test --release --test
+//! model` (about 30 s). A
 //! failure prints the smallest sequence of operations that still fails, and is kept in
 //! `tests/model.proptest-regressions` to be tried first next time.
 
@@ -90,6 +92,43 @@ fn setup() -> impl Strategy<Value = Setup> {
         .prop_map(|(rate, capacity, initial, queue_limit)| Setup {
             rate,
             capacity,
+            more: Vec::new(),
+            initial: Some(initial),
+            queue_limit,
+        })
+}
+
+/// Capacities of the limits beside the first: some as small as the first's, some larger,
+/// as a slower limit's often is.
+fn more_capacity() -> impl Strategy<Value = u64> {
+    prop_oneof![2 => 1u64..=4, 2 => 5u64..=12]
+}
+
+/// A bucket of one to three limits, each of its own rate and capacity; all start with
+/// the same tokens (at most the smallest capacity), or each full.
+fn several_limits_setup() -> impl Strategy<Value = Setup> {
+    (
+        rate(),
+        capacity(),
+        prop::collection::vec((rate(), more_capacity()), 0..=2),
+    )
+        .prop_flat_map(|(rate, capacity, more)| {
+            let smallest = more
+                .iter()
+                .map(|&(_, capacity)| capacity)
+                .fold(capacity, u64::min);
+            (
+                Just(rate),
+                Just(capacity),
+                Just(more),
+                prop::option::weighted(0.6, 0..=smallest),
+                prop::option::weighted(0.25, 0u64..=20),
+            )
+        })
+        .prop_map(|(rate, capacity, more, initial, queue_limit)| Setup {
+            rate,
+            capacity,
+            more,
             initial,
             queue_limit,
         })
@@ -151,13 +190,43 @@ fn op(capacity: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A change to one limit of a bucket of `limits`, now and then to one it does not have,
+/// or a bad rate or capacity.
+fn limit_op(limits: usize, largest: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..=limits, any_rate()).prop_map(|(limit, rate)| Op::SetLimitRate(limit, rate)),
+        (0..=limits, 0..=largest + 2)
+            .prop_map(|(limit, capacity)| Op::SetLimitCapacity(limit, capacity)),
+    ]
+}
+
+/// One step, for a bucket of `limits` whose smallest capacity is `capacity` and largest
+/// `largest`: those of one limit, and changes to each limit, at once or at the tick
+/// something is due.
+fn several_limits_op(limits: usize, capacity: u64, largest: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op(capacity),
+        2 => limit_op(limits, largest),
+        1 => limit_op(limits, largest).prop_map(|op| Op::AtDue(Box::new(op))),
+    ]
+}
+
 /// A bucket and up to 50 steps on it.
 fn run_case() -> impl Strategy<Value = (Setup, Vec<Op>)> {
     setup().prop_flat_map(|setup| {
-        (
-            Just(setup),
-            prop::collection::vec(op(setup.capacity), 1..=50),
-        )
+        let ops = prop::collection::vec(op(setup.capacity), 1..=50);
+        (Just(setup), ops)
+    })
+}
+
+/// A bucket of one to three limits and up to 50 steps on it.
+fn several_limits_case() -> impl Strategy<Value = (Setup, Vec<Op>)> {
+    several_limits_setup().prop_flat_map(|setup| {
+        let limits = setup.limits();
+        let smallest = limits.iter().map(|&(_, capacity)| capacity).min().unwrap();
+        let largest = limits.iter().map(|&(_, capacity)| capacity).max().unwrap();
+        let ops = prop::collection::vec(several_limits_op(limits.len(), smallest, largest), 1..=50);
+        (Just(setup), ops)
     })
 }
 
@@ -165,10 +234,20 @@ fn run_case() -> impl Strategy<Value = (Setup, Vec<Op>)> {
 
 #[test]
 fn the_bucket_agrees_with_the_model_step_by_step() {
+    run_against_the_model(run_case());
+}
+
+#[test]
+fn a_bucket_of_several_limits_agrees_with_the_model_step_by_step() {
+    run_against_the_model(several_limits_case());
+}
+
+/// Runs the cases `cases` makes on a bucket and on the model, and prints what they did.
+fn run_against_the_model(cases: impl Strategy<Value = (Setup, Vec<Op>)>) {
     let mut runner = TestRunner::new(config());
     let total = RefCell::new(Summary::default());
-    let result = runner.run(&run_case(), |(setup, ops)| {
-        let summary = lockstep::run(setup, &ops).map_err(TestCaseError::fail)?;
+    let result = runner.run(&cases, |(setup, ops)| {
+        let summary = lockstep::run(&setup, &ops).map_err(TestCaseError::fail)?;
         total.borrow_mut().add(summary);
         Ok(())
     });
@@ -245,7 +324,8 @@ fn saturation() -> impl Strategy<Value = Saturation> {
             setup: Setup {
                 rate,
                 capacity,
-                initial,
+                more: Vec::new(),
+                initial: Some(initial),
                 queue_limit: None,
             },
             horizon,
@@ -263,12 +343,8 @@ fn saturation() -> impl Strategy<Value = Saturation> {
 /// tokens were out. So up to the tokens of the takes dropped may be missing, never more.
 async fn saturate(case: Saturation) -> Result<(), String> {
     let origin = Instant::now();
-    let Setup {
-        rate,
-        capacity,
-        initial,
-        ..
-    } = case.setup;
+    let Setup { rate, capacity, .. } = case.setup;
+    let initial = case.setup.initial.unwrap_or(capacity);
     let bucket = TokenBucket::builder()
         .rate(rate.to_rate())
         .capacity(capacity)
@@ -358,7 +434,7 @@ async fn saturate(case: Saturation) -> Result<(), String> {
             "{granted} tokens granted to takes that saw them, {taken} counted"
         ));
     }
-    check_never_over(&grants, &Supply::new(case.setup))?;
+    check_never_over(&grants, &Supply::new(&case.setup))?;
     check_order_and_deadlines(&tasks)
 }
 
@@ -385,7 +461,8 @@ fn one_per_second(capacity: u64, initial: u64) -> Setup {
             period: SECOND,
         },
         capacity,
-        initial,
+        more: Vec::new(),
+        initial: Some(initial),
         queue_limit: None,
     }
 }
@@ -399,7 +476,8 @@ fn the_model_grants_at_the_instants_the_documentation_gives() {
             period: SECOND,
         },
         capacity: 3,
-        initial: 0,
+        more: Vec::new(),
+        initial: Some(0),
         queue_limit: None,
     });
     let first = model.request(Kind::Take, 1, NO_DEADLINE, 0);
@@ -453,10 +531,10 @@ fn a_grant_dropped_unseen_is_undone_as_if_never_made() {
 fn the_runner_reports_a_bucket_that_disagrees_with_the_model() {
     let ops = [Op::TryTake(2), Op::Sleep(1_500), Op::TryTake(2)];
     let setup = one_per_second(3, 3);
-    assert!(lockstep::run(setup, &ops).is_ok());
+    assert!(lockstep::run(&setup, &ops).is_ok());
     // A model told the bucket starts with 2 tokens, not 3: caught at the first step.
     let wrong = Model::new(one_per_second(3, 2));
-    let error = lockstep::run_against(setup, wrong, &ops).unwrap_err();
+    let error = lockstep::run_against(&setup, wrong, &ops).unwrap_err();
     assert!(
         error.starts_with("before op 0 (TryTake(2)): at 0 ns: stats") && error.contains("(3, 3,"),
         "{error}"
@@ -466,7 +544,7 @@ fn the_runner_reports_a_bucket_that_disagrees_with_the_model() {
 #[test]
 fn the_history_checks_catch_what_they_promise_to() {
     let setup = one_per_second(2, 2);
-    let supply = Supply::new(setup);
+    let supply = Supply::new(&setup);
     let grant = |tokens, at| Grant {
         tokens,
         earliest: at,
@@ -482,4 +560,20 @@ fn the_history_checks_catch_what_they_promise_to() {
     assert!(check_never_over(&[grant(1, 3 * SECOND), grant(1, 7 * half)], &supply).is_ok());
     let error = check_never_over(&[grant(1, 3 * SECOND), grant(2, 7 * half)], &supply).unwrap_err();
     assert!(error.contains("3 tokens granted"), "{error}");
+    // Each limit is checked on its own: beside a generous first limit, a second of 2 at
+    // 1 a second allows the first pair, not the second.
+    let layered = Setup {
+        rate: ModelRate {
+            amount: 100,
+            period: SECOND,
+        },
+        capacity: 100,
+        more: vec![(one_per_second(2, 2).rate, 2)],
+        initial: None,
+        queue_limit: None,
+    };
+    let supply = Supply::new(&layered);
+    assert!(check_never_over(&[grant(2, 0), grant(1, SECOND)], &supply).is_ok());
+    let error = check_never_over(&[grant(2, 0), grant(2, SECOND)], &supply).unwrap_err();
+    assert!(error.contains("under limit 1"), "{error}");
 }

@@ -2,7 +2,8 @@
 //! paused time beside the reference model, exactly as the model-based tests run them
 //! (`tests/common/model.rs` and `tests/common/lockstep.rs`, shared through `#[path]`):
 //! any disagreement, broken promise or panic is a crash. The ranges are wider than the
-//! tests': capacities up to 1,000, rates from a token a second to one every nanosecond.
+//! tests': capacities up to 1,000, rates from a token a second to one every nanosecond,
+//! and one to three limits.
 #![no_main]
 
 #[path = "../../tests/common/lockstep.rs"]
@@ -26,33 +27,49 @@ fuzz_target!(|data: &[u8]| {
     let Ok((setup, ops)) = decode(&mut bytes) else {
         return;
     };
-    if let Err(failure) = lockstep::run(setup, &ops) {
+    if let Err(failure) = lockstep::run(&setup, &ops) {
         panic!("{failure}\nsetup: {setup:?}\nops: {ops:#?}");
     }
 });
 
 fn decode(bytes: &mut Unstructured<'_>) -> Result<(Setup, Vec<Op>)> {
-    let rate = rate(bytes)?;
-    let capacity = if bytes.arbitrary()? {
-        bytes.int_in_range(1..=8)?
-    } else {
-        bytes.int_in_range(1..=1_000)?
-    };
+    let first = (rate(bytes)?, capacity(bytes)?);
+    let mut more = Vec::new();
+    for _ in 0..bytes.int_in_range(0..=2)? {
+        more.push((rate(bytes)?, capacity(bytes)?));
+    }
+    let limits = 1 + more.len();
+    let capacities = || more.iter().map(|&(_, capacity)| capacity).chain([first.1]);
+    let smallest = capacities().min().unwrap_or(first.1);
+    let largest = capacities().max().unwrap_or(first.1);
     let setup = Setup {
-        rate,
-        capacity,
-        initial: bytes.int_in_range(0..=capacity)?,
+        rate: first.0,
+        capacity: first.1,
+        more,
+        initial: if bytes.ratio(1, 4)? {
+            None
+        } else {
+            Some(bytes.int_in_range(0..=smallest)?)
+        },
         queue_limit: if bytes.ratio(1, 4)? {
-            Some(bytes.int_in_range(0..=2 * capacity)?)
+            Some(bytes.int_in_range(0..=2 * smallest)?)
         } else {
             None
         },
     };
     let mut ops = Vec::new();
     while !bytes.is_empty() && ops.len() < MOST_STEPS {
-        ops.push(op(bytes, capacity)?);
+        ops.push(op(bytes, smallest, limits, largest)?);
     }
     Ok((setup, ops))
+}
+
+fn capacity(bytes: &mut Unstructured<'_>) -> Result<u64> {
+    if bytes.arbitrary()? {
+        bytes.int_in_range(1..=8)
+    } else {
+        bytes.int_in_range(1..=1_000)
+    }
 }
 
 /// A rate that fills a bucket of 1,000 within a few hours at the slowest.
@@ -90,7 +107,9 @@ fn timeout(bytes: &mut Unstructured<'_>) -> Result<Option<Duration>> {
     })
 }
 
-fn op(bytes: &mut Unstructured<'_>, capacity: u64) -> Result<Op> {
+/// An op for a bucket of `limits` whose smallest capacity is `capacity` and largest
+/// `largest`.
+fn op(bytes: &mut Unstructured<'_>, capacity: u64, limits: usize, largest: u64) -> Result<Op> {
     Ok(match bytes.int_in_range(0..=11)? {
         0..=2 => Op::Request {
             kind: if bytes.ratio(1, 4)? {
@@ -105,14 +124,19 @@ fn op(bytes: &mut Unstructured<'_>, capacity: u64) -> Result<Op> {
         3 => Op::Sleep(bytes.int_in_range(1..=3)?),
         4 => Op::Sleep(bytes.int_in_range(1..=10_000)?),
         5 => Op::SleepUntilDue,
-        6 => Op::AtDue(Box::new(call_or_drop(bytes, capacity)?)),
-        _ => call_or_drop(bytes, capacity)?,
+        6 => Op::AtDue(Box::new(call_or_drop(bytes, capacity, limits, largest)?)),
+        _ => call_or_drop(bytes, capacity, limits, largest)?,
     })
 }
 
 /// An op that decides outcomes at once: what may race a grant at the tick it is due.
-fn call_or_drop(bytes: &mut Unstructured<'_>, capacity: u64) -> Result<Op> {
-    Ok(match bytes.int_in_range(0..=20)? {
+fn call_or_drop(
+    bytes: &mut Unstructured<'_>,
+    capacity: u64,
+    limits: usize,
+    largest: u64,
+) -> Result<Op> {
+    Ok(match bytes.int_in_range(0..=22)? {
         0..=5 => Op::Drop {
             pick: bytes.arbitrary()?,
             racing: bytes.arbitrary()?,
@@ -121,6 +145,12 @@ fn call_or_drop(bytes: &mut Unstructured<'_>, capacity: u64) -> Result<Op> {
         11..=14 => Op::Refund(bytes.int_in_range(0..=capacity)?),
         15..=16 => Op::SetRate(any_rate(bytes)?),
         17..=19 => Op::SetCapacity(bytes.int_in_range(0..=capacity + 3)?),
+        // One past the last limit now and then: refused with `NoSuchLimit`.
+        21 => Op::SetLimitRate(bytes.int_in_range(0..=limits)?, any_rate(bytes)?),
+        22 => Op::SetLimitCapacity(
+            bytes.int_in_range(0..=limits)?,
+            bytes.int_in_range(0..=largest + 3)?,
+        ),
         _ => Op::Close,
     })
 }

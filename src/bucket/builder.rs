@@ -8,7 +8,8 @@ use crate::rate::Rate;
 /// Settings for a [`TokenBucket`], from [`TokenBucket::builder`].
 ///
 /// Only the rate is required. The capacity defaults to the rate's amount (a burst of one
-/// period's worth), the bucket starts full, and the queue is unlimited.
+/// period's worth), the bucket starts full, and the queue is unlimited. More limits can
+/// be added beside the first with [`limit`](Builder::limit).
 ///
 /// ```
 /// use token_bucket::{Rate, TokenBucket};
@@ -20,11 +21,13 @@ use crate::rate::Rate;
 /// assert_eq!(empty.available(), 0);
 /// # Ok::<(), token_bucket::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct Builder {
     rate: Option<Rate>,
     capacity: Option<u64>,
+    /// The limits beside the first, in the order added.
+    more: Vec<(Rate, u64)>,
     initial: Option<u64>,
     queue_limit: Option<u64>,
 }
@@ -56,7 +59,62 @@ impl Builder {
         self
     }
 
-    /// The tokens the bucket starts with. Defaults to the capacity (full).
+    /// Adds a limit beside the first (the one [`rate`](Builder::rate) and
+    /// [`capacity`](Builder::capacity) set): `capacity` tokens at most, gained at `rate`.
+    /// May be called several times, for quotas in layers such as "10 a second and 1,000
+    /// an hour".
+    ///
+    /// A request then takes from every limit at one instant, or from none: it is served
+    /// at the first nanosecond every limit holds its tokens, in the same first-in,
+    /// first-out queue. Each limit is capped at its own capacity as time passes, so none
+    /// ever lets through more than its own `capacity + rate × t`.
+    ///
+    /// Limits are numbered: 0 is the first, then 1, 2... in the order they were added, for
+    /// [`set_limit_rate`](crate::TokenBucket::set_limit_rate),
+    /// [`set_limit_capacity`](crate::TokenBucket::set_limit_capacity) and
+    /// [`limit_stats`](crate::TokenBucket::limit_stats). The largest request that can be
+    /// served is the smallest capacity, which [`capacity`](crate::TokenBucket::capacity)
+    /// returns. A bucket with several limits always takes its lock: the lock-free path
+    /// holds one limit (see the crate's `docs/bucket.md`).
+    ///
+    /// A zero rate or capacity here is refused by [`build`](Builder::build), with
+    /// [`ConfigError::ZeroRate`] or [`ConfigError::ZeroCapacity`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TokenBucket, TryTakeError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 10 a second in bursts of 10, and 15 every 3 seconds in bursts of 15.
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .capacity(10)
+    ///     .limit(Rate::new(15, Duration::from_secs(3)), 15)
+    ///     .build()?;
+    /// let start = tokio::time::Instant::now();
+    /// for _ in 0..3 {
+    ///     bucket.take(10).await?;
+    /// }
+    /// // The first limit alone would serve the third 10 at 2 s; the second gives 15 at
+    /// // once and 5 a second, so 30 take until 3 s.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(3));
+    /// // Both are empty: the first has a token again in 100 ms, the second in 200 ms.
+    /// assert_eq!(
+    ///     bucket.try_take(1),
+    ///     Err(TryTakeError::Insufficient { retry_after: Duration::from_millis(200) })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limit(mut self, rate: Rate, capacity: u64) -> Builder {
+        self.more.push((rate, capacity));
+        self
+    }
+
+    /// The tokens the bucket starts with. Defaults to the capacity (full). With several
+    /// limits, every limit starts with `initial` tokens (by default each starts full),
+    /// and `initial` must be at most every capacity.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -92,22 +150,26 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::MissingRate`] without a rate, [`ConfigError::ZeroRate`],
-    /// [`ConfigError::ZeroCapacity`], and [`ConfigError::InitialExceedsCapacity`].
+    /// [`ConfigError::MissingRate`] without a rate; [`ConfigError::ZeroRate`] and
+    /// [`ConfigError::ZeroCapacity`] for any limit's; and
+    /// [`ConfigError::InitialExceedsCapacity`] when `initial` is above a capacity, naming
+    /// the smallest.
     ///
     /// ```
     /// use token_bucket::{ConfigError, Rate, TokenBucket};
     ///
     /// let error = TokenBucket::builder().rate(Rate::per_second(1)).capacity(2).initial(3).build();
     /// assert_eq!(error.unwrap_err(), ConfigError::InitialExceedsCapacity { initial: 3, capacity: 2 });
+    /// let error = TokenBucket::builder().rate(Rate::per_second(1)).limit(Rate::per_hour(0), 9).build();
+    /// assert_eq!(error.unwrap_err(), ConfigError::ZeroRate);
     /// ```
     pub fn build(&self) -> Result<TokenBucket, ConfigError> {
         let rate = self.rate.ok_or(ConfigError::MissingRate)?;
-        let capacity = self.capacity.unwrap_or(rate.amount());
         TokenBucket::from_settings(Settings {
             rate,
-            capacity,
-            initial: self.initial.unwrap_or(capacity),
+            capacity: self.capacity.unwrap_or(rate.amount()),
+            more: self.more.clone(),
+            initial: self.initial,
             queue_limit: self.queue_limit,
         })
     }

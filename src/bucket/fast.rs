@@ -21,10 +21,11 @@
 //! # Who holds the state
 //!
 //! The top bit, [`LOCKED`], says that the state behind the lock is the authority:
-//! someone waits, the bucket is closed, its numbers do not fit the word, or a locked
-//! operation is under way. Every locked operation first *seizes* the word (sets the bit
-//! and turns the word into the ledger), and when it ends with nobody waiting and the
-//! bucket open it *publishes* the ledger back. A waiter is queued only after the word is
+//! someone waits, the bucket is closed, its numbers do not fit the word, it has several
+//! limits (one word holds one ledger: such a bucket's word stays seized for good), or a
+//! locked operation is under way. Every locked operation first *seizes* the word (sets
+//! the bit and turns the word into the ledger), and when it ends with nobody waiting and
+//! the bucket open it *publishes* the ledger back. A waiter is queued only after the word is
 //! seized, and seizing makes every compare-and-swap begun before it fail, so a taker on
 //! the fast path never passes a waiter.
 //!
@@ -240,7 +241,15 @@ pub(crate) struct FastPath {
 impl FastPath {
     /// A word that holds `ledger`, or stays seized when the settings do not fit it.
     pub(crate) fn new(ledger: &Ledger, rate: Rate, capacity: u64) -> FastPath {
-        let fast = FastPath {
+        let fast = FastPath::seized();
+        fast.publish(ledger, rate, capacity);
+        fast
+    }
+
+    /// A word seized for good unless something publishes to it: for a bucket with
+    /// several limits, whose state one word cannot hold.
+    pub(crate) fn seized() -> FastPath {
+        FastPath {
             word: AtomicU64::new(LOCKED),
             counters: Counters::new(),
             per_nanosecond: AtomicU64::new(0),
@@ -249,9 +258,7 @@ impl FastPath {
             base: AtomicU64::new(0),
             rate_amount: AtomicU64::new(0),
             rate_period: AtomicU64::new(0),
-        };
-        fast.publish(ledger, rate, capacity);
-        fast
+        }
     }
 
     /// The word, with the settings it is read with; `None` while it is seized.

@@ -20,7 +20,7 @@ use crate::bucket::outcomes::{Published, Read};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
 use crate::bucket::state::{Admission, Leaving, Settings, State};
-use crate::bucket::stats::Stats;
+use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
@@ -47,8 +47,11 @@ pub(crate) struct Shared {
     /// reading them costs no lock. The state behind the lock stays the authority: these
     /// are written under it, after it.
     closed: AtomicBool,
+    /// The smallest capacity, over every limit.
     capacity: AtomicU64,
     queue_limit: Option<u64>,
+    /// How many limits the bucket has; fixed when it is made.
+    limits: usize,
     /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
     /// buckets (a per-key one, say) are never watched and so never pay its allocations.
     close_watch: Mutex<CloseWatch>,
@@ -102,9 +105,8 @@ impl Drop for Locked<'_> {
         self.state.flush_tally(&self.fast.counters);
         self.state.publish_outcomes(self.published);
         self.state.settle_unseen(self.unseen);
-        if let Some(ledger) = self.state.idle_ledger() {
-            self.fast
-                .publish(ledger, self.state.rate(), self.state.capacity());
+        if let Some(limit) = self.state.idle_limit() {
+            self.fast.publish(&limit.ledger, limit.rate, limit.capacity);
         }
     }
 }
@@ -115,8 +117,11 @@ impl Shared {
     /// poisoning is ignored.
     pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(ledger) = self.fast.seize(now, state.rate()) {
-            state.adopt(ledger);
+        // A bucket of several limits never hands the word its state: nothing to seize.
+        if self.limits == 1 {
+            if let Some(ledger) = self.fast.seize(now, state.rate()) {
+                state.adopt(ledger);
+            }
         }
         Locked {
             fast: &self.fast,
@@ -294,8 +299,12 @@ impl TokenBucket {
     pub(crate) fn from_settings(settings: Settings) -> Result<TokenBucket, ConfigError> {
         settings.validate()?;
         let clock = Clock::start();
-        let state = State::new(settings, clock.now());
-        let fast = FastPath::new(state.ledger(), settings.rate, settings.capacity);
+        let state = State::new(&settings, clock.now());
+        let fast = match state.idle_limit() {
+            Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
+            None => FastPath::seized(),
+        };
+        let capacity = state.capacity();
         Ok(TokenBucket {
             shared: Arc::new(Shared {
                 fast,
@@ -306,8 +315,9 @@ impl TokenBucket {
                 refill_signal: Arc::default(),
                 refill_running: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
-                capacity: AtomicU64::new(settings.capacity),
+                capacity: AtomicU64::new(capacity),
                 queue_limit: settings.queue_limit,
+                limits: 1 + settings.more.len(),
                 close_watch: Mutex::new(CloseWatch::Unwatched),
                 #[cfg(all(test, not(loom)))]
                 panic_in_refill: std::sync::atomic::AtomicBool::new(false),
@@ -546,12 +556,20 @@ impl TokenBucket {
         self.update_at(now, State::available)
     }
 
-    /// The most tokens the bucket holds.
+    /// The most tokens the bucket holds: the largest request that can ever be served.
+    /// With [several limits](Builder::limit), the smallest of their capacities (each is in
+    /// [`limit_stats`](TokenBucket::limit_stats)).
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
     /// let bucket = TokenBucket::new(Rate::per_second(1), 3)?;
     /// assert_eq!(bucket.capacity(), 3);
+    /// let layered = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .capacity(20)
+    ///     .limit(Rate::per_hour(1_000), 5)
+    ///     .build()?;
+    /// assert_eq!(layered.capacity(), 5);
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn capacity(&self) -> u64 {
@@ -572,7 +590,8 @@ impl TokenBucket {
         self.shared.queue_limit
     }
 
-    /// The rate tokens are gained at.
+    /// The rate tokens are gained at. With [several limits](Builder::limit), the first
+    /// one's (limit 0, the one [`Builder::rate`] set).
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -609,7 +628,8 @@ impl TokenBucket {
     }
 
     /// Changes the rate from now on; tokens accrued so far stay. Waiters are rescheduled
-    /// at once.
+    /// at once. With [several limits](Builder::limit), it changes the first one's (limit
+    /// 0), as [`set_limit_rate`](TokenBucket::set_limit_rate)`(0, rate)` does.
     ///
     /// # Errors
     ///
@@ -624,12 +644,42 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
-        self.update(|state, now| state.set_rate(rate, now))
+        self.set_limit_rate(0, rate)
+    }
+
+    /// Changes limit `limit`'s rate from now on (limits are numbered as
+    /// [`Builder::limit`] says: 0 is the first). Tokens it accrued so far stay; waiters
+    /// are rescheduled at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoSuchLimit`] when the bucket has no limit `limit`, then
+    /// [`ConfigError::ZeroRate`] for a zero amount or period; nothing changes then.
+    ///
+    /// ```
+    /// # use token_bucket::{ConfigError, Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .limit(Rate::per_hour(1_000), 1_000)
+    ///     .build()?;
+    /// bucket.set_limit_rate(1, Rate::per_hour(500))?;
+    /// assert_eq!(bucket.limit_stats()[1].rate, Rate::per_hour(500));
+    /// assert_eq!(bucket.rate(), Rate::per_second(10));
+    /// assert_eq!(
+    ///     bucket.set_limit_rate(2, Rate::per_hour(500)),
+    ///     Err(ConfigError::NoSuchLimit { limit: 2, limits: 2 })
+    /// );
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn set_limit_rate(&self, limit: usize, rate: Rate) -> Result<(), ConfigError> {
+        self.update(|state, now| state.set_limit_rate(limit, rate, now))
     }
 
     /// Changes the capacity. Tokens above a lowered capacity are dropped, and waiters
     /// asking for more than it fail with [`TakeError::ExceedsCapacity`]. A raised capacity
-    /// fills at the rate, not at once.
+    /// fills at the rate, not at once. With [several limits](Builder::limit), it changes
+    /// the first one's (limit 0), as
+    /// [`set_limit_capacity`](TokenBucket::set_limit_capacity)`(0, capacity)` does.
     ///
     /// # Errors
     ///
@@ -643,15 +693,38 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn set_capacity(&self, capacity: u64) -> Result<(), ConfigError> {
+        self.set_limit_capacity(0, capacity)
+    }
+
+    /// Changes limit `limit`'s capacity (limits are numbered as [`Builder::limit`] says:
+    /// 0 is the first). Tokens above a lowered capacity are dropped; a raised one fills at
+    /// the limit's rate, not at once. Waiters asking for more than the smallest capacity
+    /// then fail with [`TakeError::ExceedsCapacity`], naming it.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoSuchLimit`] when the bucket has no limit `limit`, then
+    /// [`ConfigError::ZeroCapacity`] for zero; nothing changes then.
+    ///
+    /// ```
+    /// # use token_bucket::{ConfigError, Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .limit(Rate::per_hour(1_000), 1_000)
+    ///     .build()?;
+    /// bucket.set_limit_capacity(1, 4)?;
+    /// assert_eq!((bucket.capacity(), bucket.available()), (4, 4));
+    /// assert_eq!(bucket.set_limit_capacity(1, 0), Err(ConfigError::ZeroCapacity));
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn set_limit_capacity(&self, limit: usize, capacity: u64) -> Result<(), ConfigError> {
         self.update(|state, now| {
+            let smallest = state.capacity_after(limit, capacity)?;
             // Stored before waiters above it are refused, so that one woken on another
-            // thread sizes its next request by the new capacity; undone if refused.
-            let previous = self.shared.capacity.swap(capacity, Ordering::AcqRel);
-            let result = state.set_capacity(capacity, now);
-            if result.is_err() {
-                self.shared.capacity.store(previous, Ordering::Release);
-            }
-            result
+            // thread sizes its next request by the new capacity.
+            self.shared.capacity.store(smallest, Ordering::Release);
+            state.set_limit_capacity(limit, capacity, now);
+            Ok(())
         })
     }
 
@@ -762,7 +835,10 @@ impl TokenBucket {
         self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// A snapshot of the bucket's state and counters.
+    /// A snapshot of the bucket's state and counters. With [several limits](Builder::limit),
+    /// `available` is the least any limit holds, `capacity` the smallest capacity (the
+    /// largest request that can ever be served) and `rate` the first limit's;
+    /// [`limit_stats`](TokenBucket::limit_stats) reports each limit.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -794,6 +870,36 @@ impl TokenBucket {
         self.update_at(now, |state, now| {
             state.stats(now, self.shared.fast.counters.read())
         })
+    }
+
+    /// A snapshot of each limit, in order: limit 0 first (the one [`Builder::rate`] and
+    /// [`Builder::capacity`] set), then those [`Builder::limit`] added. One element for a
+    /// bucket with one limit.
+    ///
+    /// ```
+    /// # use token_bucket::{Rate, TokenBucket};
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .capacity(10)
+    ///     .limit(Rate::per_hour(1_000), 1_000)
+    ///     .build()?;
+    /// bucket.try_take(3)?;
+    /// let limits = bucket.limit_stats();
+    /// assert_eq!(limits.len(), 2);
+    /// assert_eq!((limits[0].available, limits[1].available), (7, 997));
+    /// assert_eq!(limits[1].rate, Rate::per_hour(1_000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn limit_stats(&self) -> Vec<LimitStats> {
+        let now = self.shared.clock.now();
+        if let Some((rate, capacity, available)) = self.shared.fast.settings_and_tokens(now) {
+            return vec![LimitStats {
+                rate,
+                capacity,
+                available,
+            }];
+        }
+        self.update_at(now, State::limit_stats)
     }
 
     #[inline]
@@ -961,16 +1067,30 @@ impl TokenBucket {
         self.update(|state, now| state.leave(id, request, why, now))
     }
 
-    /// A new, full bucket with this one's rate, capacity and queue limit.
+    /// A new, full bucket with this one's limits and queue limit.
     pub(crate) fn fresh_full(&self) -> TokenBucket {
-        let capacity = self.capacity();
-        TokenBucket::from_settings(Settings {
-            rate: self.rate(),
-            capacity,
-            initial: capacity,
-            queue_limit: self.shared.queue_limit,
-        })
-        .expect("a live bucket's settings passed validation when it was made")
+        let queue_limit = self.shared.queue_limit;
+        let settings = if self.limit_count() == 1 {
+            // Without the lock, which an idle bucket's word spares.
+            Settings {
+                rate: self.rate(),
+                capacity: self.capacity(),
+                more: Vec::new(),
+                initial: None,
+                queue_limit,
+            }
+        } else {
+            self.shared
+                .lock(self.shared.clock.now())
+                .settings_when_full(queue_limit)
+        };
+        TokenBucket::from_settings(settings)
+            .expect("a live bucket's settings passed validation when it was made")
+    }
+
+    /// How many limits the bucket has.
+    pub(crate) fn limit_count(&self) -> usize {
+        self.shared.limits
     }
 
     /// The shared state, for tests to drive the refill task's own code.

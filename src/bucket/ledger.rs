@@ -5,9 +5,9 @@
 //! both stay integers: no rounding, no floating point, and a bucket observed every
 //! nanosecond holds exactly what one observed once a year holds.
 //!
-//! The ledger never caps itself at the capacity: the caller decides when to (see
-//! `State::serve`), because capping between two observations would throw away tokens that
-//! a waiter was scheduled to take.
+//! The ledger never caps itself at the capacity unless asked: the caller decides when to
+//! (see the cap in `limits.rs`), because capping at the nanosecond a waiter is granted
+//! would throw away part of a token that waiter was scheduled to leave behind.
 
 use crate::clock::NEVER;
 use crate::rate::Rate;
@@ -77,6 +77,29 @@ impl Ledger {
             .tokens
             .saturating_add(u64::try_from(whole).unwrap_or(u64::MAX));
         self.last = now;
+    }
+
+    /// [`advance`](Ledger::advance), capped as time passes: a ledger that held
+    /// `capacity` tokens a nanosecond before `now` (or before, however long) holds exactly
+    /// `capacity` at `now`, its fraction dropped, as if capped at every nanosecond. One that
+    /// reaches `capacity` only at `now` keeps what that last nanosecond added beyond it, for
+    /// the grants due at `now` (see the cap in `limits.rs`); the caller caps once they are
+    /// made. An earlier `now` changes nothing.
+    pub(crate) fn advance_capped(&mut self, now: u64, rate: Rate, capacity: u64) {
+        if now <= self.last {
+            return;
+        }
+        self.advance(now, rate);
+        if self.tokens >= capacity {
+            // Parts above a full bucket now; one nanosecond added `amount` of them.
+            let over = u128::from(self.tokens - capacity)
+                .saturating_mul(rate.period_nanos())
+                .saturating_add(self.fraction);
+            if over >= u128::from(rate.amount()) {
+                self.tokens = capacity;
+                self.fraction = 0;
+            }
+        }
     }
 
     /// The first nanosecond at which the ledger holds `need` whole tokens, or [`NEVER`].
@@ -246,6 +269,35 @@ mod tests {
         assert_eq!(ledger.tokens(), u64::MAX);
         ledger.cap(10);
         assert_eq!(ledger.tokens(), 10);
+    }
+
+    #[test]
+    fn a_capped_advance_drops_the_fraction_only_when_full_before_the_last_nanosecond() {
+        let rate = Rate::per_second(3);
+        // A third of a token a little over every 333 ms: 3 tokens at exactly 1 s.
+        let mut filling = Ledger::new(0, 0);
+        filling.advance_capped(SECOND, rate, 3);
+        assert_eq!((filling.tokens(), filling.fraction), (3, 0));
+        // At 2 capacity it was full at 666,666,667 ns: capped to the part.
+        let mut full_before = Ledger::new(0, 0);
+        full_before.advance_capped(SECOND, rate, 2);
+        assert_eq!((full_before.tokens(), full_before.fraction), (2, 0));
+        // 1 token at 333,333,334 ns, with 2 parts of 1e9 over: full only at that
+        // nanosecond, so what it added stays.
+        let mut at_the_instant = Ledger::new(0, 0);
+        at_the_instant.advance_capped(333_333_334, rate, 1);
+        assert_eq!((at_the_instant.tokens(), at_the_instant.fraction), (1, 2));
+        // Already above the capacity: capped as soon as time passes, not before.
+        at_the_instant.advance_capped(333_333_334, rate, 1);
+        assert_eq!(at_the_instant.fraction, 2);
+        at_the_instant.advance_capped(333_333_335, rate, 1);
+        assert_eq!((at_the_instant.tokens(), at_the_instant.fraction), (1, 0));
+        // Below the capacity, it is the plain advance.
+        let mut plain = Ledger::new(0, 0);
+        plain.advance(SECOND / 2, rate);
+        let mut capped = Ledger::new(0, 0);
+        capped.advance_capped(SECOND / 2, rate, 2);
+        assert_eq!(plain, capped);
     }
 
     #[test]

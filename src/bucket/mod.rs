@@ -9,6 +9,8 @@
 //! - `fast.rs`: the fast path, the whole state in one atomic word while nobody waits,
 //!   taken by compare-and-swap without the lock.
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
+//! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
+//!   that keeps each within its own.
 //! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `queue.rs`: the FIFO queue of waiters and their wakers.
 //! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
@@ -17,7 +19,7 @@
 //! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
 //!   back.
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
-//! - `stats.rs`: [`Stats`], a snapshot of the counters.
+//! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim.
 //! Nothing here knows of windows, adapters or keys.
@@ -28,6 +30,7 @@ mod fast;
 mod future;
 mod handle;
 mod ledger;
+mod limits;
 mod outcomes;
 pub(crate) mod queue;
 pub(crate) mod refill;
@@ -38,4 +41,4 @@ mod unseen;
 pub use builder::Builder;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
 pub use handle::{Closed, TokenBucket};
-pub use stats::Stats;
+pub use stats::{LimitStats, Stats};

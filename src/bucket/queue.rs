@@ -231,6 +231,14 @@ impl WaiterQueue {
         Some(waker)
     }
 
+    /// The live requests, first in line first.
+    pub(crate) fn requests(&self) -> impl Iterator<Item = Request> + '_ {
+        self.entries
+            .iter()
+            .filter(|entry| entry.waker.is_some())
+            .map(|entry| entry.request)
+    }
+
     /// Takes out every live waiter whose request `matches`, handing each one's id and
     /// waker to `finished`. O(n): for rare events (closing, lowering the capacity).
     pub(crate) fn finish_where(

@@ -6,39 +6,56 @@
 //! nanosecond its tokens accrued (or dropped at the exact nanosecond its deadline passed),
 //! in order, however late the observation comes. The refill task is only the observer of
 //! last resort, waking when nobody else touches the bucket.
+//!
+//! A bucket may have several limits (`limits.rs`): a waiter is granted at the first
+//! nanosecond every limit holds its tokens, and takes them from all at once. Each limit
+//! is capped at its capacity as time passes, waiters or not, but for what the nanosecond
+//! of a grant adds beyond it, capped once that nanosecond's grants are made: with one
+//! limit that is where the cap has always bitten (only once the queue empties, since a
+//! waiter waits only while the bucket holds less than it asks); with several, it keeps
+//! a limit that fills while the head waits for another within its own capacity.
 
 use std::task::Waker;
 use std::time::Duration;
 
 use crate::bucket::counters::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
+use crate::bucket::limits::{Limit, Limits};
 use crate::bucket::outcomes::{Outcomes, Published};
 use crate::bucket::queue::{Outcome, Request, WaiterId, WaiterQueue};
-use crate::bucket::stats::Stats;
-use crate::bucket::unseen::{Grants, Unseen};
+use crate::bucket::stats::{LimitStats, Stats};
+use crate::bucket::unseen::Unseen;
 use crate::clock::NEVER;
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
 
 /// What the bucket's settings are when it is made.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Settings {
+    /// Limit 0's.
     pub(crate) rate: Rate,
     pub(crate) capacity: u64,
-    pub(crate) initial: u64,
+    /// The other limits' rates and capacities, in order; empty for one limit.
+    pub(crate) more: Vec<(Rate, u64)>,
+    /// Every limit's; `None` for each full.
+    pub(crate) initial: Option<u64>,
     /// In tokens; `None` for no limit.
     pub(crate) queue_limit: Option<u64>,
 }
 
 impl Settings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        check_rate(self.rate)?;
-        check_capacity(self.capacity)?;
-        if self.initial > self.capacity {
-            return Err(ConfigError::InitialExceedsCapacity {
-                initial: self.initial,
-                capacity: self.capacity,
-            });
+        let limits =
+            || std::iter::once((self.rate, self.capacity)).chain(self.more.iter().copied());
+        for (rate, capacity) in limits() {
+            check_rate(rate)?;
+            check_capacity(capacity)?;
+        }
+        let smallest = limits().map(|(_, capacity)| capacity).min();
+        if let (Some(initial), Some(capacity)) = (self.initial, smallest) {
+            if initial > capacity {
+                return Err(ConfigError::InitialExceedsCapacity { initial, capacity });
+            }
         }
         Ok(())
     }
@@ -113,10 +130,9 @@ impl Tally {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    rate: Rate,
-    capacity: u64,
+    /// Every limit's rate, capacity and ledger, and each one's record of grants unseen.
+    limits: Limits,
     queue_limit: Option<u64>,
-    ledger: Ledger,
     queue: WaiterQueue,
     closed: bool,
     tally: Tally,
@@ -129,29 +145,49 @@ pub(crate) struct State {
     wakers: Vec<Waker>,
     /// The outcomes of waiters that have left the queue, until they read them.
     outcomes: Outcomes,
-    /// Grants their waiters may not have seen yet, and the headroom since.
-    unseen: Grants,
 }
 
 impl State {
-    pub(crate) fn new(settings: Settings, now: u64) -> State {
+    pub(crate) fn new(settings: &Settings, now: u64) -> State {
         State {
-            rate: settings.rate,
-            capacity: settings.capacity,
+            limits: Limits::new(
+                (settings.rate, settings.capacity),
+                &settings.more,
+                settings.initial,
+                now,
+            ),
             queue_limit: settings.queue_limit,
-            ledger: Ledger::new(settings.initial, now),
             queue: WaiterQueue::default(),
             closed: false,
             tally: Tally::default(),
             refill_wake: NEVER,
             wakers: Vec::new(),
             outcomes: Outcomes::default(),
-            unseen: Grants::default(),
         }
     }
 
+    /// Limit 0's rate.
     pub(crate) fn rate(&self) -> Rate {
-        self.rate
+        self.limits.first().rate
+    }
+
+    /// The smallest capacity: the largest request that can ever be served.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.limits.capacity()
+    }
+
+    /// The settings of a new, full bucket with these limits and `queue_limit`.
+    pub(crate) fn settings_when_full(&self, queue_limit: Option<u64>) -> Settings {
+        let first = self.limits.first();
+        Settings {
+            rate: first.rate,
+            capacity: first.capacity,
+            more: (self.limits.iter().skip(1))
+                .map(|limit| (limit.rate, limit.capacity))
+                .collect(),
+            initial: None,
+            queue_limit,
+        }
     }
 
     pub(crate) fn queued(&self) -> usize {
@@ -175,23 +211,23 @@ impl State {
     /// head's is after it) nor advancing the ledger to `now` (the head's instant is
     /// reckoned exactly from any earlier point of the same accrual) changes it.
     fn replay(&mut self, now: u64) -> (u64, u64) {
-        let now = now.max(self.ledger.last());
+        let now = now.max(self.limits.last());
         if self.queue.is_empty() {
             // The common case, kept short: nothing to replay, only accrue and cap.
-            self.ledger.advance(now, self.rate);
-            self.ledger.cap(self.capacity);
+            self.limits.advance(now);
+            self.limits.cap();
             return (now, NEVER);
         }
         let mut due = NEVER;
         while let Some(head) = self.queue.head() {
-            let ready_at = self.ledger.ready_at(head.tokens, self.rate);
+            let ready_at = self.limits.ready_at(head.tokens);
             if head.deadline < ready_at {
                 if head.deadline > now {
                     due = head.deadline;
                     break;
                 }
                 // Those behind it could not be served while it stood in front of them.
-                self.ledger.advance(head.deadline, self.rate);
+                self.limits.advance(head.deadline);
                 self.tally.add_timed_out();
                 if let Some((id, waker)) = self.queue.pop_head() {
                     self.outcomes.decided(id, Outcome::TimedOut);
@@ -203,15 +239,17 @@ impl State {
                 due = ready_at;
                 break;
             }
-            self.ledger.advance(ready_at, self.rate);
+            // A limit that filled before this instant holds its capacity; one that fills
+            // at it keeps what the instant added until the grants due now are made.
+            self.limits.advance(ready_at);
             let consumed = head.consumes();
             self.before_take(consumed);
-            self.ledger.take(consumed);
+            self.limits.take(consumed);
             // `head` returned a live waiter.
             if let Some((id, waker)) = self.queue.pop_head() {
                 self.tally.add_taken(consumed);
                 if consumed > 0 {
-                    self.unseen.granted(id, consumed);
+                    self.limits.granted(id, consumed);
                 }
                 self.outcomes.granted(id);
                 self.wakers.push(waker);
@@ -227,19 +265,18 @@ impl State {
                 wakers.push(waker);
             });
         }
-        self.ledger.advance(now, self.rate);
-        // While waiters queue the head always needs more than is held, so the cap can
-        // only bite once the queue is empty; capping earlier would drop scheduled tokens.
-        if self.queue.is_empty() {
-            self.ledger.cap(self.capacity);
-        }
+        self.limits.advance(now);
+        // Every observation ends capped (see `limits.rs`). With one limit and waiters
+        // queued this never bites, as the head needs more than is held, and no more than
+        // the capacity; with several, the others may have filled since.
+        self.limits.cap();
         (now, due)
     }
 
     /// Whole tokens held at `now`.
     pub(crate) fn available(&mut self, now: u64) -> u64 {
         self.serve(now);
-        self.ledger.tokens()
+        self.limits.tokens()
     }
 
     pub(crate) fn try_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
@@ -249,19 +286,18 @@ impl State {
         } else if tokens == 0 {
             // Taking nothing cannot jump the queue.
             Ok(())
-        } else if tokens > self.capacity {
+        } else if tokens > self.capacity() {
             Err(TryTakeError::ExceedsCapacity {
                 requested: tokens,
-                capacity: self.capacity,
+                capacity: self.capacity(),
             })
-        } else if self.queue.is_empty() && self.ledger.tokens() >= tokens {
+        } else if self.queue.is_empty() && self.limits.tokens() >= tokens {
             self.before_take(tokens);
-            self.ledger.take(tokens);
+            self.limits.take(tokens);
             self.tally.add_taken(tokens);
             Ok(())
         } else {
-            let needed = self.queue.tokens_ahead_of(tokens);
-            let wait = match self.ledger.time_until(needed, self.rate) {
+            let wait = match self.limits.wait_behind(&self.queue, tokens) {
                 // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
                 NEVER => Duration::MAX,
                 nanos => Duration::from_nanos(nanos),
@@ -283,21 +319,21 @@ impl State {
         if request.tokens == 0 {
             return Ok(Admission::Granted);
         }
-        if request.tokens > self.capacity {
+        if request.tokens > self.capacity() {
             return Err(TakeError::ExceedsCapacity {
                 requested: request.tokens,
-                capacity: self.capacity,
+                capacity: self.capacity(),
             });
         }
-        if self.queue.is_empty() && self.ledger.tokens() >= request.tokens {
+        if self.queue.is_empty() && self.limits.tokens() >= request.tokens {
             let consumed = request.consumes();
             self.before_take(consumed);
-            self.ledger.take(consumed);
+            self.limits.take(consumed);
             self.tally.add_taken(consumed);
             return Ok(Admission::Granted);
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
-        if self.ledger.ready_at(request.tokens, self.rate) > request.deadline {
+        if self.limits.ready_at(request.tokens) > request.deadline {
             self.tally.add_timed_out();
             return Err(TakeError::Timeout);
         }
@@ -350,7 +386,7 @@ impl State {
         let outcome = self.outcomes.take(id);
         if outcome == Outcome::Granted && request.consumes() > 0 {
             // Read here, not through its future: it is seen, or never will be.
-            self.unseen.seen_on_leaving();
+            self.limits.seen_on_leaving();
             if why == Leaving::Dropped {
                 self.return_unseen(id, request, now);
             }
@@ -379,48 +415,29 @@ impl State {
     }
 
     /// Undoes waiter `id`'s grant, which nobody saw, as if it had never been made (see
-    /// `unseen.rs`), and serves whoever what comes back completes. Nothing comes back for
-    /// a grant not recorded: none was made, or it was forgotten.
+    /// `unseen.rs`; each limit gets back what it had room for), and serves whoever what
+    /// comes back completes. Nothing comes back for a grant not recorded: none was made,
+    /// or it was forgotten.
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
-        let period = self.rate.period_nanos();
-        let Some(parts) = self.unseen.give_back(id, self.headroom(), period) else {
+        if !self.limits.give_back_unseen(id) {
             return;
-        };
-        self.tally.remove_taken(request.consumes());
-        self.ledger.give_back_parts(parts, period);
-        self.serve(now);
-    }
-
-    /// What the bucket has room for before it is full, in parts of a token.
-    fn headroom(&self) -> u128 {
-        let period = self.rate.period_nanos();
-        u128::from(self.capacity)
-            .saturating_mul(period)
-            .saturating_sub(self.ledger.parts(period))
-    }
-
-    /// Records the headroom just before the headroom jumps up (a take, a raise of the
-    /// capacity, a rate change), while a grant may be unseen.
-    fn note_headroom(&mut self) {
-        if self.unseen.is_active() {
-            let headroom = self.headroom();
-            self.unseen.record(headroom);
         }
+        self.tally.remove_taken(request.consumes());
+        self.serve(now);
     }
 
     #[inline]
     fn before_take(&mut self, tokens: u64) {
         if tokens > 0 {
-            self.note_headroom();
+            self.limits.note_headroom();
         }
     }
 
-    /// Adds refunded tokens, never above the capacity, and serves whoever they complete.
-    /// Capping here is right even with waiters queued: the ledger is already at `now`, and
-    /// a refund never makes a burst larger than the capacity.
+    /// Adds refunded tokens to every limit, never above its capacity, and serves whoever
+    /// they complete. Capping here is right even with waiters queued: the ledgers are
+    /// already at `now`, and a refund never makes a burst larger than a capacity.
     fn put_back(&mut self, tokens: u64, now: u64) {
-        self.ledger.give_back(tokens);
-        self.ledger.cap(self.capacity);
+        self.limits.refund(tokens);
         self.serve(now);
     }
 
@@ -430,44 +447,65 @@ impl State {
         self.queue.wake_all(&mut self.wakers);
     }
 
-    pub(crate) fn set_rate(&mut self, rate: Rate, now: u64) -> Result<(), ConfigError> {
+    /// `Ok` when the bucket has a limit `index`.
+    fn check_limit(&self, index: usize) -> Result<(), ConfigError> {
+        match self.limits.get(index) {
+            Some(_) => Ok(()),
+            None => Err(ConfigError::NoSuchLimit {
+                limit: index,
+                limits: self.limits.len(),
+            }),
+        }
+    }
+
+    pub(crate) fn set_limit_rate(
+        &mut self,
+        index: usize,
+        rate: Rate,
+        now: u64,
+    ) -> Result<(), ConfigError> {
+        self.check_limit(index)?;
         check_rate(rate)?;
         // Everything up to now accrued at the old rate.
         self.serve(now);
-        self.note_headroom();
-        self.ledger.change_rate(self.rate, rate);
-        if self.unseen.is_active() {
-            self.unseen
-                .change_period(self.rate.period_nanos(), rate.period_nanos());
-        }
-        self.rate = rate;
+        self.limits.note_headroom();
+        self.limits.set_rate(index, rate);
         Ok(())
     }
 
-    pub(crate) fn set_capacity(&mut self, capacity: u64, now: u64) -> Result<(), ConfigError> {
+    /// The smallest capacity once limit `index`'s is `capacity`, if the bucket may take
+    /// it: [`set_limit_capacity`](State::set_limit_capacity) with these will not fail.
+    pub(crate) fn capacity_after(&self, index: usize, capacity: u64) -> Result<u64, ConfigError> {
+        self.check_limit(index)?;
         check_capacity(capacity)?;
+        Ok(self.limits.capacity_with(index, capacity))
+    }
+
+    /// Limit `index`'s capacity becomes `capacity`, checked by
+    /// [`capacity_after`](State::capacity_after). Waiters asking for more than the
+    /// smallest capacity then are refused.
+    pub(crate) fn set_limit_capacity(&mut self, index: usize, capacity: u64, now: u64) {
+        let smallest = self.limits.capacity_with(index, capacity);
         let now = self.serve(now);
-        self.note_headroom();
-        self.capacity = capacity;
+        self.limits.note_headroom();
         let (outcomes, wakers) = (&mut self.outcomes, &mut self.wakers);
         self.queue.finish_where(
-            |request| request.tokens > capacity,
+            |request| request.tokens > smallest,
             |id, request, waker| {
                 let requested = request.tokens;
                 outcomes.decided(
                     id,
                     Outcome::ExceedsCapacity {
                         requested,
-                        capacity,
+                        capacity: smallest,
                     },
                 );
                 wakers.push(waker);
             },
         );
-        self.ledger.cap(capacity);
+        self.limits.set_capacity(index, capacity);
         // A waiter that left may have held smaller ones back.
         self.serve(now);
-        Ok(())
     }
 
     /// Closes for good. Waiters whose tokens accrued before now are granted first: they
@@ -499,9 +537,9 @@ impl State {
         self.serve(now);
         let tally = &self.tally;
         Stats {
-            available: self.ledger.tokens(),
-            capacity: self.capacity,
-            rate: self.rate,
+            available: self.limits.tokens(),
+            capacity: self.capacity(),
+            rate: self.rate(),
             queued: self.queue.len(),
             queued_tokens: self.queue.tokens(),
             taken: counted
@@ -513,6 +551,12 @@ impl State {
             timed_out: counted.timed_out.saturating_add(tally.timed_out),
             closed: self.closed,
         }
+    }
+
+    /// Each limit at `now`, in order.
+    pub(crate) fn limit_stats(&mut self, now: u64) -> Vec<LimitStats> {
+        self.serve(now);
+        self.limits.stats()
     }
 
     /// Adds what this lock section counted to the bucket's counters, and starts afresh.
@@ -537,14 +581,16 @@ impl State {
 
     /// Makes `ledger`, read from the fast path's word, the authority.
     pub(crate) fn adopt(&mut self, ledger: Ledger) {
-        debug_assert!(self.queue.is_empty() && !self.closed && !self.unseen.is_active());
-        self.ledger = ledger;
+        debug_assert!(self.queue.is_empty() && !self.closed && !self.limits.unseen_active());
+        self.limits.adopt(ledger);
     }
 
-    /// The ledger, when the fast path may hold the state instead: nobody waits, no grant
-    /// is unseen (takes must be recorded), and the bucket is open.
-    pub(crate) fn idle_ledger(&self) -> Option<&Ledger> {
-        (self.queue.is_empty() && !self.closed && !self.unseen.is_active()).then_some(&self.ledger)
+    /// The one limit, when the fast path may hold the state instead: nobody waits, no
+    /// grant is unseen (takes must be recorded), and the bucket is open. A bucket with
+    /// several limits keeps the word seized for good: its one word holds one ledger.
+    pub(crate) fn idle_limit(&self) -> Option<&Limit> {
+        let idle = self.queue.is_empty() && !self.closed && !self.limits.unseen_active();
+        (idle && self.limits.is_single()).then_some(self.limits.first())
     }
 
     /// Called as the lock is released: publishes the outcomes decided for waiters to read
@@ -558,19 +604,11 @@ impl State {
     /// unseen grants, and forgets the record once none is left.
     #[inline]
     pub(crate) fn settle_unseen(&mut self, unseen: &Unseen) {
-        if let Some(change) = self.unseen.take_change() {
+        if let Some(change) = self.limits.take_unseen_change() {
             if unseen.settle(change, !self.queue.is_empty()) {
-                self.unseen.forget();
+                self.limits.forget_unseen();
             }
         }
-    }
-
-    pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    pub(crate) fn ledger(&self) -> &Ledger {
-        &self.ledger
     }
 
     /// The next instant something is due: the head's tokens accrue or its deadline
@@ -582,10 +620,7 @@ impl State {
             return NEVER;
         }
         match self.queue.head() {
-            Some(head) => self
-                .ledger
-                .ready_at(head.tokens, self.rate)
-                .min(head.deadline),
+            Some(head) => self.limits.ready_at(head.tokens).min(head.deadline),
             None => NEVER,
         }
     }
@@ -638,10 +673,11 @@ mod tests {
         let settings = Settings {
             rate: Rate::per_second(1),
             capacity: 1,
-            initial: 0,
+            more: Vec::new(),
+            initial: Some(0),
             queue_limit: None,
         };
-        State::new(settings, 0)
+        State::new(&settings, 0)
     }
 
     fn take_one() -> Request {

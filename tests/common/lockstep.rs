@@ -3,8 +3,8 @@
 //!
 //! Requests run as spawned tasks that record their result and the instant they saw it.
 //! Between operations the runner lets every task that is due run (without letting time
-//! pass), then checks each task's outcome and instant, `available()`, `queued()` and every
-//! field of `stats()` against the model. Instants are compared exactly where a call
+//! pass), then checks each task's outcome and instant, `available()`, `queued()`, every
+//! field of `stats()` and every limit's `limit_stats()` against the model. Instants are compared exactly where a call
 //! decided the outcome, and within tokio's 1 ms timer granularity where the schedule did.
 //!
 //! Operations happen on whole milliseconds since the bucket was made (time only passes
@@ -13,8 +13,8 @@
 //!
 //! Beside the step-by-step comparison, [`check_history`] checks the promises that do not
 //! need the model, from what the tasks saw alone: never more tokens granted in an interval
-//! than the capacity plus what accrued and was refunded in it; grants in queue order;
-//! nobody finishing past their deadline.
+//! than any one limit's capacity plus what accrued to it and was refunded in it; grants in
+//! queue order; nobody finishing past their deadline.
 //!
 //! Shared by `tests/model.rs` and the `ops` fuzz target (through `#[path]`), so it uses
 //! nothing but tokio, `futures` and the crate.
@@ -70,6 +70,11 @@ pub enum Op {
     },
     SetRate(ModelRate),
     SetCapacity(u64),
+    /// `set_limit_rate(limit, rate)`; the limit may be one the bucket does not have.
+    SetLimitRate(usize, ModelRate),
+    /// `set_limit_capacity(limit, capacity)`; the limit may be one the bucket does not
+    /// have.
+    SetLimitCapacity(usize, u64),
     Refund(u64),
     Close,
     /// Lets `millis` milliseconds of paused time pass.
@@ -128,12 +133,12 @@ impl Summary {
 
 /// Runs `ops` on a bucket made with `setup` and on the model, on a fresh current-thread
 /// runtime with paused time. `Err` says where they first disagreed, or which promise broke.
-pub fn run(setup: Setup, ops: &[Op]) -> Result<Summary, String> {
-    run_against(setup, Model::new(setup), ops)
+pub fn run(setup: &Setup, ops: &[Op]) -> Result<Summary, String> {
+    run_against(setup, Model::new(setup.clone()), ops)
 }
 
 /// As [`run`], against a model made separately: to show that a disagreement is caught.
-pub fn run_against(setup: Setup, model: Model, ops: &[Op]) -> Result<Summary, String> {
+pub fn run_against(setup: &Setup, model: Model, ops: &[Op]) -> Result<Summary, String> {
     paused_runtime()?.block_on(async {
         let mut lockstep = Lockstep::new(setup, model)?;
         lockstep.run(ops).await?;
@@ -321,45 +326,66 @@ pub struct Grant {
     pub latest: u64,
 }
 
-/// Where tokens can come from over a run: the rate (changing at instants), refunds, and
-/// the most the bucket ever held at once.
+/// Where tokens can come from over a run, for each limit: its rate (changing at
+/// instants) and the most it ever held at once; and the refunds, which every limit gets.
 #[derive(Debug, Clone)]
 pub struct Supply {
+    /// Limit 0 first.
+    pub limits: Vec<LimitSupply>,
+    pub refunds: Vec<(u64, u64)>,
+}
+
+/// One limit's part of a [`Supply`].
+#[derive(Debug, Clone)]
+pub struct LimitSupply {
     /// From each instant on, the rate; the first starts at 0.
     pub rates: Vec<(u64, ModelRate)>,
-    pub refunds: Vec<(u64, u64)>,
     pub largest_capacity: u64,
 }
 
 impl Supply {
-    pub fn new(setup: Setup) -> Supply {
+    /// Limit `limit`'s capacity was set to `capacity`.
+    fn capacity_set(&mut self, limit: usize, capacity: u64) {
+        let largest = &mut self.limits[limit].largest_capacity;
+        *largest = (*largest).max(capacity);
+    }
+
+    pub fn new(setup: &Setup) -> Supply {
         Supply {
-            rates: vec![(0, setup.rate)],
+            limits: setup
+                .limits()
+                .into_iter()
+                .map(|(rate, capacity)| LimitSupply {
+                    rates: vec![(0, rate)],
+                    largest_capacity: capacity,
+                })
+                .collect(),
             refunds: Vec::new(),
-            largest_capacity: setup.capacity,
         }
     }
 
-    /// The most whole tokens that can become available in `[from, to]`: what the bucket
-    /// held (at most the capacity, its fraction included), what accrued over the
-    /// stretches of constant rate (exactly, the fractions of all stretches summed before
-    /// rounding down), and what was refunded. A grant dropped unseen adds nothing: it is
-    /// undone as if never made. One allowance: at the nanosecond a waiter takes a full
-    /// bucket, nothing is capped while anyone waits, so the bucket may hold up to one
-    /// nanosecond's accrual above its capacity there.
-    fn most_available(&self, from: u64, to: u64) -> u128 {
-        let mut tokens = u128::from(self.largest_capacity);
+    /// The most whole tokens that can become available in `[from, to]` under limit
+    /// `limit`: what it held (at most its capacity, its fraction included), what accrued
+    /// to it over the stretches of constant rate (exactly, the fractions of all stretches
+    /// summed before rounding down), and what was refunded. A grant dropped unseen adds
+    /// nothing: it is undone as if never made. One allowance: at the nanosecond a waiter
+    /// takes a full limit that filled at that nanosecond, what it added is capped only
+    /// after the grants, so the limit may hold up to one nanosecond's accrual above its
+    /// capacity there.
+    fn most_available(&self, limit: usize, from: u64, to: u64) -> u128 {
+        let LimitSupply {
+            rates,
+            largest_capacity,
+        } = &self.limits[limit];
+        let mut tokens = u128::from(*largest_capacity);
         // Fractions of a token, summed in floating point: at most 50 stretches, each
         // below 1, so the error is far below the allowance added to it.
         let mut fractions = 0.0;
         let mut allowance: f64 = 0.0;
-        for (index, &(start, rate)) in self.rates.iter().enumerate() {
+        for (index, &(start, rate)) in rates.iter().enumerate() {
             let period = u128::from(rate.period);
             allowance = allowance.max(rate.amount as f64 / period as f64);
-            let end = self
-                .rates
-                .get(index + 1)
-                .map_or(u64::MAX, |&(next, _)| next);
+            let end = rates.get(index + 1).map_or(u64::MAX, |&(next, _)| next);
             let (start, end) = (start.max(from), end.min(to));
             if start < end {
                 let parts = u128::from(end - start) * u128::from(rate.amount);
@@ -380,9 +406,13 @@ impl Supply {
 }
 
 /// Fails when some interval holds more granted tokens than could have been available in
-/// it. Only intervals from some grant's earliest instant to some grant's latest need
-/// checking: any set of grants lies inside one of those.
+/// it under any one limit. Only intervals from some grant's earliest instant to some
+/// grant's latest need checking: any set of grants lies inside one of those.
 pub fn check_never_over(grants: &[Grant], supply: &Supply) -> Result<(), String> {
+    (0..supply.limits.len()).try_for_each(|limit| check_limit_never_over(grants, supply, limit))
+}
+
+fn check_limit_never_over(grants: &[Grant], supply: &Supply, limit: usize) -> Result<(), String> {
     for start in grants {
         for end in grants {
             let (from, to) = (start.earliest, end.latest);
@@ -394,12 +424,17 @@ pub fn check_never_over(grants: &[Grant], supply: &Supply) -> Result<(), String>
                 .filter(|grant| from <= grant.earliest && grant.latest <= to)
                 .map(|grant| u128::from(grant.tokens))
                 .sum();
-            let most = supply.most_available(from, to);
+            let most = supply.most_available(limit, from, to);
             if inside > most {
+                let LimitSupply {
+                    rates,
+                    largest_capacity,
+                } = &supply.limits[limit];
                 return Err(format!(
                     "{inside} tokens granted within [{from} ns, {to} ns], but at most {most} \
-                     could be there (capacity {}, rates {:?}, refunds {:?})",
-                    supply.largest_capacity, supply.rates, supply.refunds
+                     could be there under limit {limit} (capacity {largest_capacity}, rates \
+                     {rates:?}, refunds {:?})",
+                    supply.refunds
                 ));
             }
         }
@@ -496,12 +531,17 @@ struct Lockstep {
 }
 
 impl Lockstep {
-    fn new(setup: Setup, model: Model) -> Result<Lockstep, String> {
+    fn new(setup: &Setup, model: Model) -> Result<Lockstep, String> {
         let origin = Instant::now();
         let mut builder = TokenBucket::builder()
             .rate(setup.rate.to_rate())
-            .capacity(setup.capacity)
-            .initial(setup.initial);
+            .capacity(setup.capacity);
+        for &(rate, capacity) in &setup.more {
+            builder = builder.limit(rate.to_rate(), capacity);
+        }
+        if let Some(initial) = setup.initial {
+            builder = builder.initial(initial);
+        }
         if let Some(limit) = setup.queue_limit {
             builder = builder.queue_limit(limit);
         }
@@ -594,7 +634,7 @@ impl Lockstep {
                     return Err(format!("set_rate returned {got:?}, expected {expected:?}"));
                 }
                 if got.is_ok() {
-                    self.supply.rates.push((now, rate));
+                    self.supply.limits[0].rates.push((now, rate));
                 }
             }
             Op::SetCapacity(capacity) => {
@@ -606,7 +646,31 @@ impl Lockstep {
                     ));
                 }
                 if got.is_ok() {
-                    self.supply.largest_capacity = self.supply.largest_capacity.max(capacity);
+                    self.supply.capacity_set(0, capacity);
+                }
+            }
+            Op::SetLimitRate(limit, rate) => {
+                let got = self.bucket.set_limit_rate(limit, rate.to_rate());
+                let expected = self.model.set_limit_rate(limit, rate, now);
+                if got != expected {
+                    return Err(format!(
+                        "set_limit_rate returned {got:?}, expected {expected:?}"
+                    ));
+                }
+                if got.is_ok() {
+                    self.supply.limits[limit].rates.push((now, rate));
+                }
+            }
+            Op::SetLimitCapacity(limit, capacity) => {
+                let got = self.bucket.set_limit_capacity(limit, capacity);
+                let expected = self.model.set_limit_capacity(limit, capacity, now);
+                if got != expected {
+                    return Err(format!(
+                        "set_limit_capacity returned {got:?}, expected {expected:?}"
+                    ));
+                }
+                if got.is_ok() {
+                    self.supply.capacity_set(limit, capacity);
                 }
             }
             Op::Refund(tokens) => {
@@ -699,6 +763,18 @@ impl Lockstep {
             closed: self.model.is_closed(),
         };
         expected.compare(&stats)?;
+        let limits: Vec<_> = (self.bucket.limit_stats().iter())
+            .map(|limit| (limit.rate, limit.capacity, limit.available))
+            .collect();
+        let expected_limits: Vec<_> = (self.model.limit_views(now).iter())
+            .map(|limit| (limit.rate.to_rate(), limit.capacity, limit.available))
+            .collect();
+        if limits != expected_limits {
+            return Err(format!(
+                "limit_stats() (rate, capacity, available) are {limits:?}, expected \
+                 {expected_limits:?}"
+            ));
+        }
         let (available, queued) = (self.bucket.available(), self.bucket.queued());
         if (available, queued) != (expected.available, expected.queued) {
             return Err(format!(

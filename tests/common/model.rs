@@ -9,16 +9,27 @@
 //!
 //! The bucket's contract, as the model states it:
 //!
-//! - What the bucket holds is kept as *credit*, in parts of a token: a token is
-//!   `period` parts (the rate's period in nanoseconds) and every nanosecond adds `amount`
+//! - A bucket has one limit or several (`Builder::limit`), numbered from 0, each a rate
+//!   and a capacity. A request takes from every limit at one instant, or from none; what
+//!   the bucket holds is the least any limit holds, and the largest request it can ever
+//!   serve is the smallest capacity.
+//! - What a limit holds is kept as *credit*, in parts of a token: a token is `period`
+//!   parts (the limit's rate's period in nanoseconds) and every nanosecond adds `amount`
 //!   parts. Credit is an exact integer; nothing is ever rounded except where a rate change
 //!   re-expresses a fraction of a token in the new rate's parts (rounded down).
-//! - A bucket that nobody waits on holds at most `capacity` tokens; reaching it drops the
-//!   fraction of the next token. While anyone waits, nothing is capped: the head always
-//!   needs more than is held, so the cap could only throw away tokens promised to it.
+//! - A limit holds at most its capacity at every nanosecond, whether or not anyone
+//!   waits; reaching it drops the fraction of the next token. The one exception: at the
+//!   nanosecond a waiter is granted, a limit that reached its capacity at that very
+//!   nanosecond keeps what the nanosecond added beyond it until the grants due then are
+//!   made, and is capped right after. With one limit this is the cap as it always was:
+//!   the head waits only while less than it asks is held, and it asks no more than the
+//!   capacity, so the cap bites once the queue is empty, or at that nanosecond, where
+//!   capping first would throw away part of a token the grant leaves behind. With
+//!   several, a limit that fills while the head waits for another is held at its
+//!   capacity, so that no limit grants more than its own `capacity + rate × t`.
 //! - Waiters are served strictly first in, first out: the head is granted at the first
-//!   nanosecond its tokens are there (a take consumes them, a wait does not), and nobody
-//!   behind it is served before it leaves. `try_take` never jumps the queue.
+//!   nanosecond every limit holds its tokens (a take consumes them, a wait does not), and
+//!   nobody behind it is served before it leaves. `try_take` never jumps the queue.
 //! - A waiter with a deadline that comes before its tokens leaves at the deadline
 //!   exactly, taking nothing; a head leaving at its deadline lets those behind be served
 //!   from that instant on. A waiter behind the head whose deadline passes leaves then too
@@ -27,13 +38,20 @@
 //! - A dropped waiter takes nothing; a grant it never saw is undone: from the drop on, the
 //!   bucket holds what it would hold had that grant, and every other grant dropped
 //!   unseen, never been made, everything else (takes, refunds, changes, other grants)
-//!   happening at the same instants, and the bucket never holding more than its capacity.
-//!   The model finds it by replaying the whole history without them (see
-//!   [`Model::credit_without`]). A rate change re-expresses what those grants left in the
-//!   bucket in the new rate's parts rounding down, as it does the bucket's own fraction.
-//! - `refund` gives tokens back, capped even while others wait, `set_rate` changes the rate from now on,
-//!   `set_capacity` refuses queued requests above the new capacity and drops tokens above
-//!   it, and `close` refuses everyone queued and everything after.
+//!   happening at the same instants, and no limit ever holding more than its capacity.
+//!   The model finds it by replaying the whole history without them, limit by limit (see
+//!   [`Model::credit_without`]). A rate change re-expresses what those grants left in a
+//!   limit in the new rate's parts rounding down, as it does the limit's own fraction.
+//! - `refund` gives tokens back to every limit, each capped even while others wait;
+//!   `set_rate` and `set_limit_rate` change a limit's rate from now on; `set_capacity` and
+//!   `set_limit_capacity` refuse queued requests above the new smallest capacity and drop
+//!   tokens above the limit's new capacity (a limit the bucket does not have is refused
+//!   with `NoSuchLimit`, before anything else); `close` refuses everyone queued and
+//!   everything after.
+//! - `try_take`'s `retry_after` is the true wait: the grants of those queued replayed in
+//!   order, then the newcomer's. With one limit the bucket may report more once a `wait`
+//!   has queued since the queue was last empty; with several it is exact behind up to
+//!   [`REPLAYED_AHEAD`] waiters, and never less behind more.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -43,6 +61,9 @@ use token_bucket::{ConfigError, TakeError, TryTakeError};
 
 /// The deadline of a request without one.
 pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// Waiters ahead behind whom a bucket with several limits reports `retry_after` exactly.
+pub const REPLAYED_AHEAD: usize = 64;
 
 /// A rate as the model counts it: `amount` tokens every `period` nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,12 +90,85 @@ pub enum Kind {
 }
 
 /// A bucket's settings when it is made.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Setup {
+    /// Limit 0's.
     pub rate: ModelRate,
     pub capacity: u64,
-    pub initial: u64,
+    /// The limits beside the first, in order: their rates and capacities.
+    pub more: Vec<(ModelRate, u64)>,
+    /// Every limit's initial tokens; `None` for each full.
+    pub initial: Option<u64>,
     pub queue_limit: Option<u64>,
+}
+
+impl Setup {
+    /// Every limit's rate and capacity, limit 0 first.
+    pub fn limits(&self) -> Vec<(ModelRate, u64)> {
+        let mut limits = vec![(self.rate, self.capacity)];
+        limits.extend(self.more.iter().copied());
+        limits
+    }
+}
+
+/// What the model says of one limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitView {
+    pub rate: ModelRate,
+    pub capacity: u64,
+    pub available: u64,
+}
+
+/// One limit: its rate, its capacity, and what it holds.
+#[derive(Debug, Clone)]
+struct Limit {
+    rate: ModelRate,
+    capacity: u64,
+    /// What it holds, in parts (see the module's documentation).
+    credit: u128,
+}
+
+impl Limit {
+    fn full(&self) -> u128 {
+        u128::from(self.capacity) * u128::from(self.rate.period)
+    }
+
+    fn tokens(&self) -> u64 {
+        u64::try_from(self.credit / u128::from(self.rate.period)).expect("tokens fit in u64")
+    }
+
+    /// Nanoseconds until it holds `tokens`, if nothing is taken; [`NO_DEADLINE`] past
+    /// what a `u64` holds.
+    fn nanos_until(&self, tokens: u128) -> u64 {
+        let needed = tokens * u128::from(self.rate.period);
+        let Some(missing) = needed.checked_sub(self.credit).filter(|&parts| parts > 0) else {
+            return 0;
+        };
+        let nanos = missing.div_ceil(u128::from(self.rate.amount));
+        u64::try_from(nanos).unwrap_or(NO_DEADLINE)
+    }
+
+    /// `elapsed` nanoseconds pass: it gains `amount` parts each, and holds at most its
+    /// capacity at each. If it was full a nanosecond before the end, it ends exactly
+    /// full; if it reaches its capacity only at the last nanosecond, what that nanosecond
+    /// added stays (see the module's documentation: the caller caps after the grants due
+    /// then).
+    fn accrue(&mut self, elapsed: u64) {
+        if elapsed == 0 {
+            return;
+        }
+        let amount = u128::from(self.rate.amount);
+        let before_last = self.credit + u128::from(elapsed - 1) * amount;
+        self.credit = if before_last >= self.full() {
+            self.full()
+        } else {
+            before_last + amount
+        };
+    }
+
+    fn cap(&mut self) {
+        self.credit = self.credit.min(self.full());
+    }
 }
 
 /// Where a request stands.
@@ -144,28 +238,32 @@ pub struct Insufficient {
 
 /// A change to what the bucket holds, other than time passing, kept so that the history
 /// can be replayed without the grants dropped unseen.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Event {
     at: u64,
-    /// What the bucket held just before, in parts.
-    held: u128,
+    /// What each limit held just before, in parts.
+    held: Vec<u128>,
     change: Change,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Change {
-    /// `tokens` taken; `grant` is the request when a queued waiter was granted.
+    /// `tokens` taken from every limit; `grant` is the request when a queued waiter was
+    /// granted.
     Take {
         tokens: u64,
         grant: Option<usize>,
     },
+    /// `tokens` given back to every limit.
     Refund {
         tokens: u64,
     },
     Capacity {
+        limit: usize,
         capacity: u64,
     },
     Rate {
+        limit: usize,
         rate: ModelRate,
     },
 }
@@ -177,12 +275,10 @@ pub struct Model {
     history: Vec<Event>,
     /// Requests whose grant was dropped unseen, undone in the history.
     undone: Vec<usize>,
-    rate: ModelRate,
-    capacity: u64,
+    /// Limit 0 first.
+    limits: Vec<Limit>,
     queue_limit: Option<u64>,
-    /// What the bucket holds, in parts (see the module's documentation).
-    credit: u128,
-    /// The instant `credit` is accurate at.
+    /// The instant every limit's credit is accurate at.
     at: u64,
     /// Every request made, by id, in the order made.
     requests: Vec<Request>,
@@ -196,14 +292,21 @@ pub struct Model {
 
 impl Model {
     pub fn new(setup: Setup) -> Model {
+        let limits = setup
+            .limits()
+            .into_iter()
+            .map(|(rate, capacity)| Limit {
+                rate,
+                capacity,
+                credit: u128::from(setup.initial.unwrap_or(capacity)) * u128::from(rate.period),
+            })
+            .collect();
         Model {
+            queue_limit: setup.queue_limit,
             setup,
             history: Vec::new(),
             undone: Vec::new(),
-            rate: setup.rate,
-            capacity: setup.capacity,
-            queue_limit: setup.queue_limit,
-            credit: u128::from(setup.initial) * u128::from(setup.rate.period),
+            limits,
             at: 0,
             requests: Vec::new(),
             queue: VecDeque::new(),
@@ -235,12 +338,31 @@ impl Model {
         self.counters
     }
 
+    /// Limit 0's rate.
     pub fn rate(&self) -> ModelRate {
-        self.rate
+        self.limits[0].rate
     }
 
+    /// The smallest capacity.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.limits
+            .iter()
+            .map(|limit| limit.capacity)
+            .min()
+            .unwrap()
+    }
+
+    /// Each limit, limit 0 first.
+    pub fn limit_views(&mut self, now: u64) -> Vec<LimitView> {
+        self.observe(now);
+        self.limits
+            .iter()
+            .map(|limit| LimitView {
+                rate: limit.rate,
+                capacity: limit.capacity,
+                available: limit.tokens(),
+            })
+            .collect()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -324,18 +446,23 @@ impl Model {
             Err(TryTakeRefusal::Error(TryTakeError::Closed))
         } else if tokens == 0 {
             Ok(())
-        } else if tokens > self.capacity {
+        } else if tokens > self.capacity() {
             Err(TryTakeRefusal::Error(TryTakeError::ExceedsCapacity {
                 requested: tokens,
-                capacity: self.capacity,
+                capacity: self.capacity(),
             }))
         } else if self.queue.is_empty() && self.tokens() >= tokens {
             self.consume(tokens, None);
             Ok(())
         } else {
+            let retry_after_exact = if self.limits.len() == 1 {
+                !self.wait_queued_since_empty
+            } else {
+                self.queue.len() <= REPLAYED_AHEAD
+            };
             Err(TryTakeRefusal::Insufficient(Insufficient {
                 true_wait: Duration::from_nanos(self.true_wait(tokens)),
-                retry_after_exact: !self.wait_queued_since_empty,
+                retry_after_exact,
             }))
         };
         if result.is_err() {
@@ -388,13 +515,14 @@ impl Model {
                     // Granted but never seen: undone. The bucket holds what it would had
                     // the grant never been made, and serves whoever that completes.
                     let replayed = self.credit_without(&self.undone);
-                    assert_eq!(
-                        replayed, self.credit,
-                        "the replay must be the bucket so far"
-                    );
+                    let credits: Vec<u128> = self.limits.iter().map(|limit| limit.credit).collect();
+                    assert_eq!(replayed, credits, "the replay must be the bucket so far");
                     self.counters.taken -= consumed;
                     self.undone.push(id);
-                    self.credit = self.credit_without(&self.undone);
+                    let credits = self.credit_without(&self.undone);
+                    for (limit, credit) in self.limits.iter_mut().zip(credits) {
+                        limit.credit = credit;
+                    }
                     self.observe(now);
                 }
             }
@@ -412,47 +540,80 @@ impl Model {
     }
 
     pub fn set_rate(&mut self, rate: ModelRate, now: u64) -> Result<(), ConfigError> {
+        self.set_limit_rate(0, rate, now)
+    }
+
+    pub fn set_limit_rate(
+        &mut self,
+        limit: usize,
+        rate: ModelRate,
+        now: u64,
+    ) -> Result<(), ConfigError> {
+        self.check_limit(limit)?;
         if rate.is_zero() {
             return Err(ConfigError::ZeroRate);
         }
         // Everything up to now accrued at the old rate.
         self.observe(now);
-        self.log(Change::Rate { rate });
-        let old = u128::from(self.rate.period);
+        self.log(Change::Rate { limit, rate });
+        let changed = &mut self.limits[limit];
+        let old = u128::from(changed.rate.period);
         let new = u128::from(rate.period);
-        let whole = self.credit / old;
-        let fraction = self.credit % old;
-        self.credit = whole * new + fraction * new / old;
-        self.rate = rate;
+        let whole = changed.credit / old;
+        let fraction = changed.credit % old;
+        changed.credit = whole * new + fraction * new / old;
+        changed.rate = rate;
         Ok(())
     }
 
     pub fn set_capacity(&mut self, capacity: u64, now: u64) -> Result<(), ConfigError> {
+        self.set_limit_capacity(0, capacity, now)
+    }
+
+    pub fn set_limit_capacity(
+        &mut self,
+        limit: usize,
+        capacity: u64,
+        now: u64,
+    ) -> Result<(), ConfigError> {
+        self.check_limit(limit)?;
         if capacity == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
         self.observe(now);
-        self.capacity = capacity;
+        self.limits[limit].capacity = capacity;
+        let smallest = self.capacity();
         let too_large: Vec<usize> = self
             .queue
             .iter()
             .copied()
-            .filter(|&id| self.requests[id].tokens > capacity)
+            .filter(|&id| self.requests[id].tokens > smallest)
             .collect();
         for id in too_large {
             let requested = self.requests[id].tokens;
             self.queue.retain(|&queued| queued != id);
             let refusal = TakeError::ExceedsCapacity {
                 requested,
-                capacity,
+                capacity: smallest,
             };
             self.finish(id, Err(refusal), now, Decider::Call);
         }
         self.on_queue_shrunk();
-        self.log(Change::Capacity { capacity });
+        self.log(Change::Capacity { limit, capacity });
         self.cap();
         self.observe(now);
         Ok(())
+    }
+
+    fn check_limit(&self, limit: usize) -> Result<(), ConfigError> {
+        if limit < self.limits.len() {
+            Ok(())
+        } else {
+            Err(ConfigError::NoSuchLimit {
+                limit,
+                limits: self.limits.len(),
+            })
+        }
     }
 
     pub fn close(&mut self, now: u64) {
@@ -464,37 +625,45 @@ impl Model {
         self.on_queue_shrunk();
     }
 
-    /// What the bucket holds now (the model has observed it at `self.at`) had the grants
-    /// of `undone` never been made: the history replayed from the start without them.
-    /// The bucket never holds more than its capacity, or than it really held where that
-    /// was more: a waiter taking a full bucket at the nanosecond it fills leaves the part
-    /// of a token that nanosecond added beyond it, since nothing is capped while anyone
-    /// waits. At a rate change the difference from what it really held is re-expressed in
-    /// the new rate's parts, rounded down.
-    fn credit_without(&self, undone: &[usize]) -> u128 {
-        let mut rate = self.setup.rate;
-        let mut capacity = self.setup.capacity;
-        let mut credit = u128::from(self.setup.initial) * u128::from(rate.period);
+    /// What each limit holds now (the model has observed it at `self.at`) had the grants
+    /// of `undone` never been made: the history replayed from the start without them,
+    /// limit by limit.
+    fn credit_without(&self, undone: &[usize]) -> Vec<u128> {
+        (0..self.limits.len())
+            .map(|limit| self.limit_credit_without(limit, undone))
+            .collect()
+    }
+
+    /// What limit `index` holds now had the grants of `undone` never been made. It never
+    /// holds more than its capacity, or than it really held where that was more: a waiter
+    /// taking a full limit at the nanosecond it fills leaves the part of a token that
+    /// nanosecond added beyond it. At a rate change the difference from what it really
+    /// held is re-expressed in the new rate's parts, rounded down.
+    fn limit_credit_without(&self, index: usize, undone: &[usize]) -> u128 {
+        let (mut rate, mut capacity) = self.setup.limits()[index];
+        let initial = self.setup.initial.unwrap_or(capacity);
+        let mut credit = u128::from(initial) * u128::from(rate.period);
         let mut at = 0;
         let full = |capacity: u64, rate: ModelRate| u128::from(capacity) * u128::from(rate.period);
         let end = Event {
             at: self.at,
-            held: self.credit,
+            held: self.limits.iter().map(|limit| limit.credit).collect(),
             change: Change::Take {
                 tokens: 0,
                 grant: None,
             },
         };
-        for &Event {
+        for Event {
             at: when,
             held,
             change,
         } in self.history.iter().chain([&end])
         {
+            let held = held[index];
             credit += u128::from(when - at) * u128::from(rate.amount);
             credit = credit.min(full(capacity, rate).max(held));
-            at = when;
-            match change {
+            at = *when;
+            match *change {
                 Change::Take { tokens, grant } => {
                     if !grant.is_some_and(|id| undone.contains(&id)) {
                         credit -= u128::from(tokens) * u128::from(rate.period);
@@ -504,16 +673,23 @@ impl Model {
                     credit += u128::from(tokens) * u128::from(rate.period);
                     credit = credit.min(full(capacity, rate));
                 }
-                Change::Capacity { capacity: changed } => {
+                Change::Capacity {
+                    limit,
+                    capacity: changed,
+                } if limit == index => {
                     capacity = changed;
                     credit = credit.min(full(capacity, rate));
                 }
-                Change::Rate { rate: changed } => {
+                Change::Rate {
+                    limit,
+                    rate: changed,
+                } if limit == index => {
                     let (old, new) = (u128::from(rate.period), u128::from(changed.period));
                     let extra = credit - held;
                     credit = held / old * new + held % old * new / old + extra * new / old;
                     rate = changed;
                 }
+                Change::Capacity { .. } | Change::Rate { .. } => {}
             }
         }
         credit
@@ -522,7 +698,7 @@ impl Model {
     fn log(&mut self, change: Change) {
         self.history.push(Event {
             at: self.at,
-            held: self.credit,
+            held: self.limits.iter().map(|limit| limit.credit).collect(),
             change,
         });
     }
@@ -531,8 +707,8 @@ impl Model {
 
     /// Replays everything due up to `now`, in order: the head is granted at the instant
     /// its tokens are there, or leaves at its deadline if that comes first; then the next.
-    /// Waiters behind the head whose deadline has passed leave too. Then the bucket accrues
-    /// to `now`, and is capped if nobody waits.
+    /// Waiters behind the head whose deadline has passed leave too. Then every limit
+    /// accrues to `now`, and is capped (with one limit, this bites only if nobody waits).
     fn observe(&mut self, now: u64) {
         let now = now.max(self.at);
         while let Some(&head) = self.queue.front() {
@@ -572,57 +748,54 @@ impl Model {
         }
         self.on_queue_shrunk();
         self.accrue(now);
-        if self.queue.is_empty() {
-            self.cap();
-        }
+        self.cap();
     }
 
     fn accrue(&mut self, to: u64) {
         if to > self.at {
-            self.credit += u128::from(to - self.at) * u128::from(self.rate.amount);
+            for limit in &mut self.limits {
+                limit.accrue(to - self.at);
+            }
             self.at = to;
         }
     }
 
-    /// The first instant (not before `at`) at which the bucket holds `tokens`, if nobody
+    /// The first instant (not before `at`) at which every limit holds `tokens`, if nobody
     /// takes any before; [`NO_DEADLINE`] past what a `u64` holds.
     fn ready_at(&self, tokens: u64) -> u64 {
-        self.at.saturating_add(self.nanos_until(u128::from(tokens)))
-    }
-
-    fn nanos_until(&self, tokens: u128) -> u64 {
-        let needed = tokens * u128::from(self.rate.period);
-        let Some(missing) = needed.checked_sub(self.credit).filter(|&parts| parts > 0) else {
-            return 0;
-        };
-        let nanos = missing.div_ceil(u128::from(self.rate.amount));
-        u64::try_from(nanos).unwrap_or(NO_DEADLINE)
+        ready_at(&self.limits, self.at, tokens)
     }
 
     // ----- Helpers ---------------------------------------------------------------------
 
+    /// The least any limit holds.
     fn tokens(&self) -> u64 {
-        u64::try_from(self.credit / u128::from(self.rate.period)).expect("tokens fit in u64")
+        self.limits.iter().map(Limit::tokens).min().unwrap()
     }
 
     fn consume(&mut self, tokens: u64, grant: Option<usize>) {
         if tokens > 0 {
             self.log(Change::Take { tokens, grant });
         }
-        self.credit -= u128::from(tokens) * u128::from(self.rate.period);
+        for limit in &mut self.limits {
+            limit.credit -= u128::from(tokens) * u128::from(limit.rate.period);
+        }
         self.counters.taken += tokens;
     }
 
     fn cap(&mut self) {
-        let full = u128::from(self.capacity) * u128::from(self.rate.period);
-        self.credit = self.credit.min(full);
+        for limit in &mut self.limits {
+            limit.cap();
+        }
     }
 
-    /// Tokens refunded at `now`: capped even with waiters queued (a refund never makes a
-    /// burst larger than the capacity), then served.
+    /// Tokens refunded at `now` to every limit: capped even with waiters queued (a refund
+    /// never makes a burst larger than a capacity), then served.
     fn refill_by_refund(&mut self, tokens: u64, now: u64) {
         self.log(Change::Refund { tokens });
-        self.credit += u128::from(tokens) * u128::from(self.rate.period);
+        for limit in &mut self.limits {
+            limit.credit += u128::from(tokens) * u128::from(limit.rate.period);
+        }
         self.cap();
         self.observe(now);
     }
@@ -641,10 +814,10 @@ impl Model {
         if tokens == 0 {
             return Some(Ok(()));
         }
-        if tokens > self.capacity {
+        if tokens > self.capacity() {
             return Some(Err(TakeError::ExceedsCapacity {
                 requested: tokens,
-                capacity: self.capacity,
+                capacity: self.capacity(),
             }));
         }
         if self.queue.is_empty() && self.tokens() >= tokens {
@@ -677,20 +850,38 @@ impl Model {
     }
 
     /// Nanoseconds until a newcomer asking for `tokens` would be served if every waiter
-    /// queued now were served first, in order, ignoring their deadlines.
+    /// queued now were served first, in order, ignoring their deadlines: their grants
+    /// replayed one by one on a copy of the limits, time passing as it does.
     fn true_wait(&self, tokens: u64) -> u64 {
-        let mut consumed: u128 = 0;
-        let mut wait: u64 = 0;
+        let mut limits = self.limits.clone();
+        let mut at = self.at;
         let requests = self.queue.iter().map(|&id| &self.requests[id]);
         for (needs, consumes) in requests
             .map(|request| (request.tokens, request.consumes()))
-            .chain([(tokens, 0)])
+            .chain([(tokens, tokens)])
         {
-            wait = wait.max(self.nanos_until(consumed + u128::from(needs)));
-            consumed += u128::from(consumes);
+            let ready = ready_at(&limits, at, needs);
+            if ready == NO_DEADLINE {
+                return NO_DEADLINE;
+            }
+            for limit in &mut limits {
+                limit.accrue(ready - at);
+                limit.credit -= u128::from(consumes) * u128::from(limit.rate.period);
+            }
+            at = ready;
         }
-        wait
+        at - self.at
     }
+}
+
+/// The first instant (not before `at`) at which every one of `limits` holds `tokens`;
+/// [`NO_DEADLINE`] past what a `u64` holds.
+fn ready_at(limits: &[Limit], at: u64, tokens: u64) -> u64 {
+    limits
+        .iter()
+        .map(|limit| at.saturating_add(limit.nanos_until(u128::from(tokens))))
+        .max()
+        .unwrap()
 }
 
 /// How the model expects a `try_take` to be refused.

@@ -1,0 +1,556 @@
+//! The bucket's limits ("10 a second and 1,000 an hour"): each a rate, a capacity and a
+//! ledger of its own, and the operations that act on all of them at one instant.
+//!
+//! A request takes from every limit at one instant, or from none: it is served at the
+//! first nanosecond at which every limit holds its tokens (the latest of their
+//! `ready_at`), and what the bucket holds is the least any limit holds. The first limit
+//! is kept inline and the others in a vector, so a bucket with one limit allocates
+//! nothing for them, and its replay does what it did before there were several.
+//!
+//! # The cap
+//!
+//! A limit never holds more than its capacity as time goes by, whether or not anyone
+//! waits: one that reaches its capacity holds exactly that, the fraction of the next token
+//! dropped, until something is taken from it. One thing only stands above it, for no time
+//! at all: at the nanosecond a waiter is granted, a limit that reached its capacity at
+//! that very nanosecond keeps what the nanosecond added beyond it until the grants due
+//! then are made, and is capped right after.
+//!
+//! This is the one-limit bucket's rule as it always was. With one limit a waiter waits
+//! only while the bucket holds less than it asks, which is at most the capacity, so the
+//! cap can bite only at the nanosecond of a grant; there, capping first would throw away
+//! part of a token that the grant leaves behind on the schedule. With several limits the
+//! head waits for the slowest one while the others fill: capped only once the queue
+//! emptied, as one limit was, they would hold and then grant far more than their own
+//! `capacity + rate × t` (the cap bounds every limit's grants in any interval `t` by
+//! that, plus what one nanosecond adds).
+//!
+//! The replay applies the rule in two places: advancing a limit to an instant caps it
+//! if it was full a nanosecond before ([`Ledger::advance_capped`]), and every observation
+//! ends by capping every limit ([`Limits::cap`]). Capping at an observation changes
+//! nothing that the first would not do a nanosecond later, so what the bucket does never
+//! depends on when anyone looks.
+//!
+//! # Grants not seen yet
+//!
+//! Each limit keeps its own record of grants not seen yet (`unseen.rs`). All are told of
+//! the same grants, and each records its own headroom before every take: a grant dropped
+//! unseen gives back to each limit what that limit had room for, as if never made. The
+//! first limit's record is the one whose counts are settled; the others' keep the same
+//! counts.
+
+use crate::bucket::ledger::Ledger;
+use crate::bucket::queue::{WaiterId, WaiterQueue};
+use crate::bucket::stats::LimitStats;
+use crate::bucket::unseen::Grants;
+use crate::clock::NEVER;
+use crate::rate::Rate;
+
+/// Waiters ahead whose grants [`Limits::wait_behind`] replays one by one when there are
+/// several limits: exact behind up to this many, an upper bound behind more, so that a
+/// refused `try_take` costs a bounded time under the lock however long the queue.
+const REPLAYED_AHEAD: usize = 64;
+
+/// One limit: its rate, its capacity, what it holds, and its record of grants unseen.
+#[derive(Debug)]
+pub(crate) struct Limit {
+    pub(crate) rate: Rate,
+    pub(crate) capacity: u64,
+    pub(crate) ledger: Ledger,
+    unseen: Grants,
+}
+
+impl Limit {
+    fn new(rate: Rate, capacity: u64, tokens: u64, now: u64) -> Limit {
+        Limit {
+            rate,
+            capacity,
+            ledger: Ledger::new(tokens, now),
+            unseen: Grants::default(),
+        }
+    }
+
+    fn advance(&mut self, now: u64) {
+        self.ledger.advance_capped(now, self.rate, self.capacity);
+    }
+
+    /// What the limit has room for before it is full, in parts of a token.
+    fn headroom(&self) -> u128 {
+        let period = self.rate.period_nanos();
+        u128::from(self.capacity)
+            .saturating_mul(period)
+            .saturating_sub(self.ledger.parts(period))
+    }
+
+    fn stats(&self) -> LimitStats {
+        LimitStats {
+            rate: self.rate,
+            capacity: self.capacity,
+            available: self.ledger.tokens(),
+        }
+    }
+}
+
+/// Every limit of a bucket; never none.
+#[derive(Debug)]
+pub(crate) struct Limits {
+    first: Limit,
+    /// A boxed slice, not a vector: one word smaller, and empty it allocates nothing. The
+    /// bucket's shared state stays within the allocation size it had with one limit.
+    others: Box<[Limit]>,
+}
+
+impl Limits {
+    /// Limits of these rates and capacities (`first`, then `others` in order), each
+    /// starting with `initial` tokens, or full.
+    pub(crate) fn new(
+        first: (Rate, u64),
+        others: &[(Rate, u64)],
+        initial: Option<u64>,
+        now: u64,
+    ) -> Limits {
+        let limit = |(rate, capacity): (Rate, u64)| {
+            Limit::new(rate, capacity, initial.unwrap_or(capacity), now)
+        };
+        Limits {
+            first: limit(first),
+            others: others.iter().copied().map(limit).collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    #[inline]
+    pub(crate) fn is_single(&self) -> bool {
+        self.others.is_empty()
+    }
+
+    pub(crate) fn first(&self) -> &Limit {
+        &self.first
+    }
+
+    pub(crate) fn get(&self, index: usize) -> Option<&Limit> {
+        match index {
+            0 => Some(&self.first),
+            _ => self.others.get(index - 1),
+        }
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut Limit> {
+        match index {
+            0 => Some(&mut self.first),
+            _ => self.others.get_mut(index - 1),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Limit> {
+        std::iter::once(&self.first).chain(self.others.iter())
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Limit> {
+        std::iter::once(&mut self.first).chain(self.others.iter_mut())
+    }
+
+    /// The instant every ledger is accurate at (they move together).
+    #[inline]
+    pub(crate) fn last(&self) -> u64 {
+        self.first.ledger.last()
+    }
+
+    /// Adds what accrued up to `now` to every limit, capped as time passes (see the
+    /// module's docs): what `now`'s own nanosecond added beyond a capacity stays until
+    /// [`cap`](Limits::cap). An earlier `now` changes nothing.
+    #[inline]
+    pub(crate) fn advance(&mut self, now: u64) {
+        self.first.advance(now);
+        for limit in self.others.iter_mut() {
+            limit.advance(now);
+        }
+    }
+
+    /// Drops whatever any limit holds above its capacity.
+    #[inline]
+    pub(crate) fn cap(&mut self) {
+        self.first.ledger.cap(self.first.capacity);
+        for limit in self.others.iter_mut() {
+            limit.ledger.cap(limit.capacity);
+        }
+    }
+
+    /// Whole tokens held: the least any limit holds.
+    #[inline]
+    pub(crate) fn tokens(&self) -> u64 {
+        self.others
+            .iter()
+            .fold(self.first.ledger.tokens(), |least, limit| {
+                least.min(limit.ledger.tokens())
+            })
+    }
+
+    /// The smallest capacity: the largest request that can ever be served.
+    #[inline]
+    pub(crate) fn capacity(&self) -> u64 {
+        self.others
+            .iter()
+            .fold(self.first.capacity, |least, limit| {
+                least.min(limit.capacity)
+            })
+    }
+
+    /// The smallest capacity were limit `index`'s `capacity` instead.
+    pub(crate) fn capacity_with(&self, index: usize, capacity: u64) -> u64 {
+        self.iter()
+            .enumerate()
+            .map(|(at, limit)| {
+                if at == index {
+                    capacity
+                } else {
+                    limit.capacity
+                }
+            })
+            .min()
+            .unwrap_or(capacity)
+    }
+
+    /// The first nanosecond at which every limit holds `need` whole tokens, if nothing is
+    /// taken before (the latest of their instants), or [`NEVER`]. Exact while `need` is at
+    /// most every capacity: a limit capped at its capacity still holds `need`.
+    #[inline]
+    pub(crate) fn ready_at(&self, need: u64) -> u64 {
+        self.others.iter().fold(
+            self.first.ledger.ready_at(need, self.first.rate),
+            |latest, limit| latest.max(limit.ledger.ready_at(need, limit.rate)),
+        )
+    }
+
+    /// Removes `tokens` from every limit; the caller has checked they are held.
+    #[inline]
+    pub(crate) fn take(&mut self, tokens: u64) {
+        self.first.ledger.take(tokens);
+        for limit in self.others.iter_mut() {
+            limit.ledger.take(tokens);
+        }
+    }
+
+    /// Puts back `tokens` taken at this same instant, which nobody received.
+    pub(crate) fn give_back(&mut self, tokens: u64) {
+        for limit in self.iter_mut() {
+            limit.ledger.give_back(tokens);
+        }
+    }
+
+    /// Adds refunded `tokens` to every limit, each capped at its capacity.
+    pub(crate) fn refund(&mut self, tokens: u64) {
+        self.give_back(tokens);
+        self.cap();
+    }
+
+    /// Limit `index`'s rate becomes `rate` from the ledgers' instant on. The caller has
+    /// checked both, served up to now and recorded the headroom.
+    pub(crate) fn set_rate(&mut self, index: usize, rate: Rate) {
+        let Some(limit) = self.get_mut(index) else {
+            return;
+        };
+        limit.ledger.change_rate(limit.rate, rate);
+        if limit.unseen.is_active() {
+            limit
+                .unseen
+                .change_period(limit.rate.period_nanos(), rate.period_nanos());
+        }
+        limit.rate = rate;
+    }
+
+    /// Limit `index`'s capacity becomes `capacity`, dropping what it holds above. The
+    /// caller has checked both and recorded the headroom.
+    pub(crate) fn set_capacity(&mut self, index: usize, capacity: u64) {
+        if let Some(limit) = self.get_mut(index) {
+            limit.capacity = capacity;
+            limit.ledger.cap(capacity);
+        }
+    }
+
+    /// A snapshot of each limit, in order.
+    pub(crate) fn stats(&self) -> Vec<LimitStats> {
+        self.iter().map(Limit::stats).collect()
+    }
+
+    /// Makes `ledger`, read from the fast path's word, the first limit's: only a bucket
+    /// with one limit hands its state to the word.
+    pub(crate) fn adopt(&mut self, ledger: Ledger) {
+        debug_assert!(self.is_single());
+        self.first.ledger = ledger;
+    }
+
+    // ----- Grants not seen yet (see `unseen.rs`) ------------------------------------
+
+    /// Whether a grant may be unseen: takes must record the headroom before them.
+    #[inline]
+    pub(crate) fn unseen_active(&self) -> bool {
+        self.first.unseen.is_active()
+    }
+
+    /// Records each limit's headroom just before it may jump up (a take, a raise of a
+    /// capacity, a rate change), while a grant may be unseen.
+    #[inline]
+    pub(crate) fn note_headroom(&mut self) {
+        if self.unseen_active() {
+            for limit in self.iter_mut() {
+                let headroom = limit.headroom();
+                limit.unseen.record(headroom);
+            }
+        }
+    }
+
+    /// Waiter `id` was granted `tokens` and will be told.
+    pub(crate) fn granted(&mut self, id: WaiterId, tokens: u64) {
+        for limit in self.iter_mut() {
+            limit.unseen.granted(id, tokens);
+        }
+    }
+
+    /// Undoes waiter `id`'s grant, which nobody saw: each limit gets back what it had
+    /// room for since (see `unseen.rs`). `false` when the grant is not recorded (none was
+    /// made, or it was forgotten): nothing comes back.
+    pub(crate) fn give_back_unseen(&mut self, id: WaiterId) -> bool {
+        let mut recorded = false;
+        for limit in self.iter_mut() {
+            let period = limit.rate.period_nanos();
+            let headroom = limit.headroom();
+            if let Some(parts) = limit.unseen.give_back(id, headroom, period) {
+                limit.ledger.give_back_parts(parts, period);
+                recorded = true;
+            }
+        }
+        recorded
+    }
+
+    /// A waiter left after its grant reached it, without reading it through its future.
+    pub(crate) fn seen_on_leaving(&mut self) {
+        for limit in self.iter_mut() {
+            limit.unseen.seen_on_leaving();
+        }
+    }
+
+    /// What this lock section changed in the count of unseen grants (the first limit's;
+    /// the others, told the same, are emptied alike).
+    #[inline]
+    pub(crate) fn take_unseen_change(&mut self) -> Option<u64> {
+        let change = self.first.unseen.take_change();
+        for limit in self.others.iter_mut() {
+            limit.unseen.take_change();
+        }
+        change
+    }
+
+    /// Every grant has been seen: nothing more to record.
+    pub(crate) fn forget_unseen(&mut self) {
+        for limit in self.iter_mut() {
+            limit.unseen.forget();
+        }
+    }
+
+    // ----- How long a newcomer waits ------------------------------------------------
+
+    /// Nanoseconds from the ledgers' instant until a newcomer asking for `tokens` would be
+    /// served, were everyone in `queue` served first, in order, and nobody else; never
+    /// shorter than that true wait, or [`NEVER`].
+    ///
+    /// With one limit it is when the tokens ahead and the newcomer's have accrued: exact
+    /// unless waits are queued (see `WaiterQueue::tokens_ahead_of`). With several, that
+    /// latest accrual over the limits can fall short: a limit that fills while the head
+    /// waits for another drops what it gains meanwhile, and may have to make it up later
+    /// (at 1/s holding 1 and full, beside 2/s holding 10 and empty, three `take(1)`s ahead
+    /// and a newcomer's 1 are served at 3.5 s, not at the 3 s the accrual says). So the
+    /// grants ahead are replayed one by one, exactly, behind up to [`REPLAYED_AHEAD`]
+    /// waiters; past those, each later one is counted as if every limit were empty after
+    /// the grant before it, which can only be later.
+    pub(crate) fn wait_behind(&self, queue: &WaiterQueue, tokens: u64) -> u64 {
+        if self.is_single() {
+            let needed = queue.tokens_ahead_of(tokens);
+            return self.first.ledger.time_until(needed, self.first.rate);
+        }
+        self.replay_wait(queue, tokens, REPLAYED_AHEAD)
+    }
+
+    /// [`wait_behind`](Limits::wait_behind) for several limits, replaying at most
+    /// `replayed` waiters ahead.
+    fn replay_wait(&self, queue: &WaiterQueue, tokens: u64, replayed: usize) -> u64 {
+        let start = self.last();
+        let mut ledgers: Vec<Ledger> = self.iter().map(|limit| limit.ledger.clone()).collect();
+        let mut at = start;
+        let mut replayed_tokens: u64 = 0;
+        let ahead = queue
+            .requests()
+            .map(|request| (request.tokens, request.consumes()));
+        for (position, (need, consumes)) in ahead.chain([(tokens, tokens)]).enumerate() {
+            if position == replayed {
+                // Behind: everyone left in the queue, and the newcomer.
+                let count = queue.len() - replayed + 1;
+                let rest = queue
+                    .tokens()
+                    .saturating_sub(replayed_tokens)
+                    .saturating_add(tokens);
+                return self.bound_from_empty(at, count, rest).saturating_sub(start);
+            }
+            let ready = self
+                .iter()
+                .zip(&ledgers)
+                .map(|(limit, ledger)| ledger.ready_at(need, limit.rate))
+                .max()
+                .unwrap_or(NEVER);
+            if ready == NEVER {
+                return NEVER;
+            }
+            for (limit, ledger) in self.iter().zip(&mut ledgers) {
+                ledger.advance_capped(ready, limit.rate, limit.capacity);
+                ledger.take(consumes);
+            }
+            at = ready;
+            replayed_tokens = replayed_tokens.saturating_add(need);
+        }
+        at - start
+    }
+
+    /// An instant by which `count` requests asking `tokens` in all are served, in order,
+    /// the first no earlier than `from`. After any grant every limit holds at least
+    /// nothing, so request `k` waits at most `max_i ⌈n_k / r_i⌉` after the one before
+    /// (a capped limit still holds `n_k`, which is at most its capacity); summed, that is
+    /// at most `max_i ⌈tokens / r_i⌉ + count` nanoseconds.
+    fn bound_from_empty(&self, from: u64, count: usize, tokens: u64) -> u64 {
+        let empty = Ledger::new(0, 0);
+        let slowest = self
+            .iter()
+            .map(|limit| empty.time_until(u128::from(tokens), limit.rate))
+            .max()
+            .unwrap_or(NEVER);
+        from.saturating_add(slowest)
+            .saturating_add(u64::try_from(count).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::bucket::queue::{Kind, Request};
+    use std::time::Duration;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn take(tokens: u64) -> Request {
+        Request {
+            kind: Kind::Take,
+            tokens,
+            deadline: NEVER,
+        }
+    }
+
+    fn queue_of(requests: &[Request]) -> WaiterQueue {
+        let mut queue = WaiterQueue::default();
+        for &request in requests {
+            queue.push(request, futures::task::noop_waker());
+        }
+        queue
+    }
+
+    /// The module's example: the latest accrual over the limits says 3 s, the replay 3.5.
+    #[test]
+    fn a_limit_that_fills_while_another_holds_the_head_back_delays_those_behind() {
+        let mut limits = Limits::new(
+            (Rate::per_second(1), 1),
+            &[(Rate::per_second(2), 10)],
+            None,
+            0,
+        );
+        limits.others[0].ledger = Ledger::new(0, 0);
+        let queue = queue_of(&[take(1), take(1), take(1)]);
+        let needed = queue.tokens_ahead_of(1);
+        let accrual = limits
+            .iter()
+            .map(|limit| limit.ledger.time_until(needed, limit.rate))
+            .max();
+        assert_eq!(accrual, Some(3 * SECOND));
+        assert_eq!(limits.wait_behind(&queue, 1), 7 * SECOND / 2);
+    }
+
+    /// Past the waiters replayed, the bound is never shorter than the full replay.
+    #[test]
+    fn the_bound_behind_the_replayed_waiters_is_never_shorter_than_the_replay() {
+        let rates = [
+            Rate::per_second(1),
+            Rate::per_second(3),
+            Rate::new(7, Duration::from_millis(1_300)),
+            Rate::per_hour(1_000),
+        ];
+        let mut cases = 0;
+        for (first, second) in [(0, 1), (1, 2), (2, 3), (3, 0), (1, 3)] {
+            for capacities in [(1, 5), (4, 4), (6, 2), (3, 9)] {
+                for held in [(0, 0), (1, 4), (3, 1)] {
+                    let mut limits = Limits::new(
+                        (rates[first], capacities.0),
+                        &[(rates[second], capacities.1)],
+                        Some(0),
+                        0,
+                    );
+                    limits.first.ledger = Ledger::new(held.0.min(capacities.0), 0);
+                    limits.others[0].ledger = Ledger::new(held.1.min(capacities.1), 0);
+                    let smallest = limits.capacity();
+                    let requests: Vec<Request> = (0..7u64)
+                        .map(|n| Request {
+                            kind: if n % 3 == 2 { Kind::Wait } else { Kind::Take },
+                            tokens: 1 + n % smallest,
+                            deadline: NEVER,
+                        })
+                        .collect();
+                    let queue = queue_of(&requests);
+                    let exact = limits.replay_wait(&queue, 1, usize::MAX);
+                    for replayed in 0..=requests.len() {
+                        let bound = limits.replay_wait(&queue, 1, replayed);
+                        assert!(
+                            bound >= exact,
+                            "{bound} < {exact} replaying {replayed}: {limits:?}"
+                        );
+                        cases += 1;
+                    }
+                    assert_eq!(limits.replay_wait(&queue, 1, requests.len() + 1), exact);
+                }
+            }
+        }
+        assert_eq!(cases, 5 * 4 * 3 * 8);
+    }
+
+    #[test]
+    fn one_limit_allocates_nothing_and_answers_as_its_ledger() {
+        let limits = Limits::new((Rate::per_second(4), 8), &[], Some(3), 0);
+        assert!(limits.is_single());
+        assert!(limits.others.is_empty());
+        assert_eq!(
+            (limits.tokens(), limits.capacity(), limits.len()),
+            (3, 8, 1)
+        );
+        assert_eq!(limits.ready_at(4), SECOND / 4);
+    }
+
+    #[test]
+    fn several_limits_hold_the_least_and_are_ready_at_the_latest() {
+        let mut limits = Limits::new(
+            (Rate::per_second(10), 10),
+            &[(Rate::new(15, Duration::from_secs(2)), 15)],
+            Some(0),
+            0,
+        );
+        assert_eq!(limits.capacity(), 10);
+        assert_eq!(limits.capacity_with(0, 20), 15);
+        assert_eq!(limits.capacity_with(1, 4), 4);
+        // 10/s reaches 3 at 300 ms; 15 per 2 s at 400 ms.
+        assert_eq!(limits.ready_at(3), 400_000_000);
+        limits.advance(400_000_000);
+        assert_eq!(limits.tokens(), 3);
+        // By 2 s the first is long full, capped as it filled; the second holds 15.
+        limits.advance(2 * SECOND);
+        assert_eq!(limits.first.ledger.tokens(), 10);
+        assert_eq!(limits.first.ledger.fraction(), 0);
+        assert_eq!(limits.tokens(), 10);
+    }
+}
