@@ -320,6 +320,24 @@ async fn two_grants_dropped_unseen_come_back_as_if_neither_was_made_in_either_or
     }
 }
 
+/// A grant dropped unseen after the record forgot it (more than 1,024 grants were made
+/// after it) gives nothing back, but no longer counts as taken: `stats().taken` is what
+/// callers saw. (The soak found it counting such grants.)
+#[tokio::test(start_paused = true)]
+async fn a_grant_forgotten_by_the_record_is_not_counted_as_taken() {
+    let bucket = empty_bucket(Rate::per_second(1_000), 1);
+    let start = Instant::now();
+    let waiter = granted_unseen(&bucket, 1, start, ms(1)).await;
+    let later = 1_100;
+    let takers: Vec<_> = (0..later).map(|_| tokio::spawn(bucket.take(1))).collect();
+    for taker in takers {
+        assert_eq!(taker.await.unwrap(), Ok(()));
+    }
+    assert_eq!(bucket.stats().taken, later + 1);
+    drop(waiter);
+    assert_eq!(bucket.stats().taken, later);
+}
+
 /// A refund between a grant and its unseen drop: the history without the grant was full
 /// after the refund, so only what fills the bucket comes back.
 #[tokio::test(start_paused = true)]

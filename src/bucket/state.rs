@@ -416,14 +416,13 @@ impl State {
 
     /// Undoes waiter `id`'s grant, which nobody saw, as if it had never been made (see
     /// `unseen.rs`; each limit gets back what it had room for), and serves whoever what
-    /// comes back completes. Nothing comes back for a grant not recorded: none was made,
-    /// or it was forgotten.
+    /// comes back completes. Nothing comes back for a grant the record forgot, but it is
+    /// undone all the same: it no longer counts as taken.
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
-        if !self.limits.give_back_unseen(id) {
-            return;
-        }
         self.tally.remove_taken(request.consumes());
-        self.serve(now);
+        if self.limits.give_back_unseen(id) {
+            self.serve(now);
+        }
     }
 
     #[inline]
