@@ -136,17 +136,7 @@ pub trait Limiter: Send + Sync + 'static {
 
 impl Limiter for TokenBucket {
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.try_take(permits).map_err(|error| match error {
-            TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
-            TryTakeError::ExceedsCapacity {
-                requested,
-                capacity,
-            } => TryAcquireError::ExceedsLimit {
-                requested,
-                limit: capacity,
-            },
-            TryTakeError::Closed => TryAcquireError::Closed,
-        })
+        self.try_take(permits).map_err(try_acquire_error)
     }
 
     async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
@@ -193,5 +183,20 @@ impl Limiter for TokenBucket {
 
     fn fresh(&self) -> TokenBucket {
         self.fresh_full()
+    }
+}
+
+/// A bucket's `try_take` error as the `Limiter` trait names it.
+pub(crate) fn try_acquire_error(error: TryTakeError) -> TryAcquireError {
+    match error {
+        TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
+        TryTakeError::ExceedsCapacity {
+            requested,
+            capacity,
+        } => TryAcquireError::ExceedsLimit {
+            requested,
+            limit: capacity,
+        },
+        TryTakeError::Closed => TryAcquireError::Closed,
     }
 }

@@ -273,24 +273,31 @@ impl Shared {
     /// the number (wrapping) of the window counted into, or how long until they fit.
     fn admit(&self, permits: u64) -> Result<u64, Duration> {
         let now = self.clock.now();
-        let clock_window = now / self.window_nanos;
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let current = self.layout.read(word, clock_window);
-            let count = current.count + permits;
-            if count > self.limit {
-                return Err(self.retry_after(now, current, permits, false));
-            }
-            let next = self.layout.pack(current.window(), count);
+            let (next, window) = self.count_into(word, now, permits)?;
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(current.window()),
+                Ok(_) => return Ok(window),
                 // Someone counted or moved on first: decide again on what they wrote.
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// What counting `permits` at `now` makes of the state `word`, ignoring the line:
+    /// the next word and the number (wrapping) of the window counted into, or how long
+    /// until they fit.
+    #[inline]
+    fn count_into(&self, word: u64, now: u64, permits: u64) -> Result<(u64, u64), Duration> {
+        let current = self.layout.read(word, now / self.window_nanos);
+        let count = current.count + permits;
+        if count > self.limit {
+            return Err(self.retry_after(now, current, permits, false));
+        }
+        Ok((self.layout.pack(current.window(), count), current.window()))
     }
 
     /// What the head of the line tries: counts `permits` into the first window where
@@ -368,6 +375,19 @@ impl Shared {
     fn exceeds_limit(&self, permits: u64) -> bool {
         permits > self.limit
     }
+
+    /// Whether a `try_acquire` of `permits` has anything to count: not for zero permits
+    /// (taking nothing cannot jump the line), an error above the limit.
+    #[inline]
+    fn must_count(&self, permits: u64) -> Result<bool, TryAcquireError> {
+        if self.exceeds_limit(permits) {
+            return Err(TryAcquireError::ExceedsLimit {
+                requested: permits,
+                limit: self.limit,
+            });
+        }
+        Ok(permits > 0)
+    }
 }
 
 impl Limiter for FixedWindow {
@@ -407,15 +427,8 @@ impl Limiter for FixedWindow {
     /// ```
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
         let shared = &self.shared;
-        if permits == 0 {
-            // Taking nothing cannot jump the line.
+        if !shared.must_count(permits)? {
             return Ok(());
-        }
-        if shared.exceeds_limit(permits) {
-            return Err(TryAcquireError::ExceedsLimit {
-                requested: permits,
-                limit: shared.limit,
-            });
         }
         if shared.turnstile.is_waiting() {
             let (now, current) = shared.current();
@@ -612,6 +625,63 @@ impl Limiter for FixedWindow {
     fn fresh(&self) -> FixedWindow {
         let shared = &self.shared;
         FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
+    }
+}
+
+/// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
+/// while nobody waits on it: the word is guarded by the key's shard lock, so it is a plain
+/// `u64`, and `self` is the template, whose settings and clock every key shares.
+impl FixedWindow {
+    /// The clock windows are counted on.
+    pub(crate) fn now(&self) -> u64 {
+        self.shared.clock.now()
+    }
+
+    /// The word of a window with nothing counted at `now`.
+    pub(crate) fn idle_word(&self, now: u64) -> u64 {
+        let shared = &self.shared;
+        shared.layout.pack(now / shared.window_nanos, 0)
+    }
+
+    /// `try_acquire` on a key's `word` at `now`, with nobody waiting.
+    #[inline]
+    pub(crate) fn try_acquire_word(
+        &self,
+        word: &mut u64,
+        permits: u64,
+        now: u64,
+    ) -> Result<(), TryAcquireError> {
+        let shared = &self.shared;
+        if !shared.must_count(permits)? {
+            return Ok(());
+        }
+        let (next, _) = shared
+            .count_into(*word, now, permits)
+            .map_err(|retry_after| TryAcquireError::Limited { retry_after })?;
+        *word = next;
+        Ok(())
+    }
+
+    /// Whether `word` counts nothing in the window of `now`: `is_idle` for a key's word.
+    pub(crate) fn is_idle_word(&self, word: u64, now: u64) -> bool {
+        let shared = &self.shared;
+        shared.layout.read(word, now / shared.window_nanos).count == 0
+    }
+
+    /// A limiter like [`fresh`](Limiter::fresh) ones, whose state is `word`.
+    pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
+        let limiter = self.fresh();
+        limiter.shared.state.store(word, Ordering::Release);
+        limiter
+    }
+
+    /// `limiter`'s state word, if it folds into a key of this template: nobody waits on
+    /// it and it counts on this template's clock.
+    pub(crate) fn word_of(&self, limiter: &FixedWindow) -> Option<u64> {
+        let (template, shared) = (&self.shared, &limiter.shared);
+        let same = shared.clock == template.clock
+            && (shared.limit, shared.window) == (template.limit, template.window);
+        (same && !shared.turnstile.is_waiting()).then(|| shared.state.load(Ordering::Acquire))
     }
 }
 

@@ -2,24 +2,25 @@
 //! once it is idle. Its documentation explains why forgetting costs nothing, and the
 //! memory bound.
 
+mod compact;
+mod shard;
+
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError, TryLockError};
 
 use crate::clock::Clock;
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
+use crate::keyed::compact::Compact;
+use crate::keyed::shard::{Shard, Slot};
 use crate::limiter::Limiter;
-
-/// A shard is never swept automatically while it holds fewer keys than this: sweeping
-/// a handful of keys would cost more in locking than it saves in memory.
-const SWEEP_FLOOR: usize = 64;
+use crate::sync::{AtomicUsize, Mutex, MutexGuard};
 
 /// The most shards a [`Keyed`] accepts.
 const MAX_SHARDS: usize = 1 << 16;
@@ -136,6 +137,9 @@ pub struct Keyed<K, L> {
 /// What every clone of a [`Keyed`] shares.
 struct Inner<K, L> {
     template: L,
+    /// How keys nobody waits on are held as words; `None` when the template's type or
+    /// settings have no compact form, and every key holds a whole limiter.
+    compact: Option<Compact<L>>,
     shards: Box<[ShardLock<K, L>]>,
     /// Picks a key's shard. Each shard's map hashes with keys of its own: were they the
     /// same, the keys of one shard, which share these bits, would crowd its map.
@@ -154,10 +158,19 @@ struct Inner<K, L> {
 #[repr(align(128))]
 struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
-struct Shard<K, L> {
-    limiters: HashMap<K, Arc<L>>,
-    /// The size at which a new key first sweeps the shard.
-    sweep_at: usize,
+/// Where a call stands once its key's slot was looked at under the shard's lock.
+enum Step<L, E> {
+    /// Decided on the key's word.
+    Decided(Result<(), E>),
+    /// To be asked of the key's whole limiter, with the lock released.
+    Call(Arc<L>),
+}
+
+/// A compact form, and the instant and base its words are read at under a shard's lock.
+struct At<'a, L> {
+    compact: &'a Compact<L>,
+    now: u64,
+    base: u64,
 }
 
 impl<K, L: Limiter> Keyed<K, L> {
@@ -206,15 +219,11 @@ impl<K, L: Limiter> Keyed<K, L> {
 
     fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
         let shards = (0..shards)
-            .map(|_| {
-                ShardLock(Mutex::new(Shard {
-                    limiters: HashMap::new(),
-                    sweep_at: SWEEP_FLOOR,
-                }))
-            })
+            .map(|_| ShardLock(Mutex::new(Shard::new())))
             .collect();
         Keyed {
             inner: Arc::new(Inner {
+                compact: Compact::of(&template),
                 template,
                 shards,
                 shard_hasher: RandomState::new(),
@@ -345,10 +354,13 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limiter = self
-            .limiter(key)
+        let step = self
+            .with_slot(key, |slot, at| try_step(slot, at, permits))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
-        limiter.try_acquire(permits)
+        match step {
+            Step::Decided(result) => result,
+            Step::Call(limiter) => limiter.try_acquire(permits),
+        }
     }
 
     /// Acquires `permits` for `key`, waiting first in, first out behind the other waiters
@@ -406,7 +418,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limiter = self.limiter(key);
+        // The whole limiter, even when the key's word could grant at once: the request is
+        // decided when first polled, so that a future dropped before then takes nothing,
+        // and the key is held (not forgotten, not folded) while the future lives.
+        let limiter = self.with_slot(key, |slot, at| whole(slot, at));
         async move {
             let limiter = limiter
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
@@ -445,7 +460,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shard_of(key).limiters.get(key).map(Arc::clone)
+        let mut shard = self.shard_of(key);
+        let at = self.at(&mut shard);
+        let slot = shard.limiters.get_mut(key)?;
+        Some(whole(slot, at.as_ref()))
     }
 
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
@@ -481,46 +499,75 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         self.inner
             .shards
             .iter()
-            .map(|shard| self.sweep(&mut lock(shard)))
+            .map(|shard| lock(shard).sweep(self.inner.compact.as_ref(), &self.inner.keys))
             .sum()
     }
 
-    /// The limiter of `key`, made if the key is new, with the shard's lock released.
-    fn limiter<Q>(&self, key: &Q) -> Result<Arc<L>, TooManyKeys>
+    /// Runs `visit` on `key`'s slot, added if the key is new, under its shard's lock;
+    /// refuses a new key for which no room could be made.
+    fn with_slot<Q, R>(
+        &self,
+        key: &Q,
+        visit: impl FnOnce(&mut Slot<L>, Option<&At<'_, L>>) -> R,
+    ) -> Result<R, TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(limiter) = self.find_or_add(&mut self.shard_of(key), key) {
-            return Ok(limiter);
-        }
+        let visit = match self.visit_or_add(&mut self.shard_of(key), key, visit) {
+            Ok(visited) => return Ok(visited),
+            Err(visit) => visit,
+        };
         // At the bound: make room, then try once more (another thread may have made room
         // meanwhile, or added this very key).
         self.sweep_for_room();
-        self.find_or_add(&mut self.shard_of(key), key)
-            .ok_or(TooManyKeys {
+        self.visit_or_add(&mut self.shard_of(key), key, visit)
+            .map_err(|_| TooManyKeys {
                 max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
             })
     }
 
-    /// The limiter of `key` in `shard`, added if new; `None` when the key is new and there
-    /// is no room for it.
-    fn find_or_add<Q>(&self, shard: &mut Shard<K, L>, key: &Q) -> Option<Arc<L>>
+    /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
+    /// key is new and there is no room for it.
+    fn visit_or_add<Q, R, V>(&self, shard: &mut Shard<K, L>, key: &Q, visit: V) -> Result<R, V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        V: FnOnce(&mut Slot<L>, Option<&At<'_, L>>) -> R,
     {
-        if let Some(limiter) = shard.limiters.get(key) {
-            return Some(Arc::clone(limiter));
+        let at = self.at(shard);
+        if let Some(slot) = shard.limiters.get_mut(key) {
+            return Ok(visit(slot, at.as_ref()));
         }
-        if shard.limiters.len() >= shard.sweep_at {
-            self.sweep(shard);
-        }
-        let reservation = self.reserve_key()?;
-        let limiter = Arc::new(self.inner.template.fresh());
-        shard.limiters.insert(key.to_owned(), Arc::clone(&limiter));
+        let at = if shard.limiters.len() >= shard.sweep_at {
+            shard.sweep(self.inner.compact.as_ref(), &self.inner.keys);
+            // The sweep may have moved the base.
+            self.at(shard)
+        } else {
+            at
+        };
+        let Some(reservation) = self.reserve_key() else {
+            return Err(visit);
+        };
+        let fresh = match &at {
+            Some(at) => Slot::Compact(at.compact.idle_word(at.now)),
+            None => Slot::Full(Arc::new(self.inner.template.fresh())),
+        };
+        let slot = shard.limiters.entry(key.to_owned()).or_insert(fresh);
         reservation.keep();
-        Some(limiter)
+        Ok(visit(slot, at.as_ref()))
+    }
+
+    /// Where compact words of `shard` are read now, if the template has a compact form.
+    #[inline]
+    fn at(&self, shard: &mut Shard<K, L>) -> Option<At<'_, L>> {
+        let compact = self.inner.compact.as_ref()?;
+        let now = shard.now(compact);
+        Some(At {
+            compact,
+            now,
+            base: shard.base,
+        })
     }
 
     /// Counts one more key, unless that would pass `max_keys`.
@@ -561,31 +608,6 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             .saturating_add(1);
     }
 
-    /// Forgets the shard's idle keys, sets when it is next swept, gives back spare room,
-    /// and returns how many keys it forgot.
-    fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
-        let before = shard.limiters.len();
-        shard.limiters.retain(|_, limiter| {
-            // Nobody else holds it (checked first: it is cheaper, and it cannot change
-            // while the shard is locked, since a new holder needs the lock), and a fresh
-            // limiter would behave the same.
-            let forget = Arc::strong_count(limiter) == 1 && limiter.is_idle();
-            if forget {
-                // One at a time, so that the count stays exact should `is_idle` panic.
-                self.inner.keys.fetch_sub(1, Ordering::Relaxed);
-            }
-            !forget
-        });
-        let kept = shard.limiters.len();
-        shard.sweep_at = kept.saturating_mul(2).max(SWEEP_FLOOR);
-        // Shrinking costs O(kept) and halves the room at least, so it is paid for by the
-        // growth before it.
-        if shard.limiters.capacity() > shard.sweep_at.saturating_mul(2) {
-            shard.limiters.shrink_to(shard.sweep_at);
-        }
-        before - kept
-    }
-
     /// The locked shard `key` belongs to.
     fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K, L>> {
         let hash = self.inner.shard_hasher.hash_one(key);
@@ -601,6 +623,55 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
 /// poisoning is ignored.
 fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
     shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
+/// now), else to be asked of its whole limiter.
+#[inline]
+fn try_step<L: Limiter>(
+    slot: &mut Slot<L>,
+    at: Option<&At<'_, L>>,
+    permits: u64,
+) -> Step<L, TryAcquireError> {
+    match word(slot, at) {
+        Some((word, at)) => Step::Decided(at.compact.try_acquire(word, permits, at.now, at.base)),
+        None => Step::Call(whole(slot, at)),
+    }
+}
+
+/// The slot's word, first folding a whole limiter that may be one again; `None` when the
+/// slot holds a whole limiter.
+#[inline]
+fn word<'s, 'a, L: Limiter>(
+    slot: &'s mut Slot<L>,
+    at: Option<&'a At<'a, L>>,
+) -> Option<(&'s mut u64, &'a At<'a, L>)> {
+    let at = at?;
+    if let Slot::Full(limiter) = slot {
+        let folded = (Arc::strong_count(limiter) == 1)
+            .then(|| at.compact.fold(limiter, at.now, at.base))
+            .flatten()?;
+        *slot = Slot::Compact(folded);
+    }
+    match slot {
+        Slot::Compact(word) => Some((word, at)),
+        Slot::Full(_) => None,
+    }
+}
+
+/// The slot's whole limiter, unfolding its word into one if it is a word.
+fn whole<L: Limiter>(slot: &mut Slot<L>, at: Option<&At<'_, L>>) -> Arc<L> {
+    match (&*slot, at) {
+        (Slot::Full(limiter), _) => Arc::clone(limiter),
+        (&Slot::Compact(word), Some(at)) => {
+            let limiter = Arc::new(at.compact.unfold(word, at.now, at.base));
+            *slot = Slot::Full(Arc::clone(&limiter));
+            limiter
+        }
+        (Slot::Compact(_), None) => {
+            unreachable!("a shard holds words only for a template with a compact form")
+        }
+    }
 }
 
 /// Refusal of a new key: the bound that was reached.
