@@ -47,6 +47,7 @@ impl CompactBucket {
         })
     }
 
+    #[inline]
     pub(crate) fn now(&self) -> u64 {
         self.clock.now()
     }
@@ -56,29 +57,34 @@ impl CompactBucket {
         Units { base, ..self.units }
     }
 
-    /// Takes `tokens` at `now` from `word` as the bucket's `try_take` would with nobody
-    /// queued. `None`: `now` is past the base's horizon, so the shard must move its base
-    /// first.
+    /// `now` in the units of words counted from `base`; `None` when it is past what they
+    /// can hold, so the shard must move its base first.
+    #[inline]
+    pub(crate) fn at(&self, now: u64, base: u64) -> Option<u64> {
+        self.units(base).at(now)
+    }
+
+    /// Takes `tokens` from `word` at `now_units` (from [`at`](CompactBucket::at)) as the
+    /// bucket's `try_take` would with nobody queued.
     #[inline]
     pub(crate) fn try_take(
         &self,
         word: &mut u64,
         tokens: u64,
-        now: u64,
-        base: u64,
-    ) -> Option<Result<(), TryTakeError>> {
-        let units = self.units(base);
-        let now_units = units.at(now)?;
+        now_units: u64,
+    ) -> Result<(), TryTakeError> {
+        // The base plays no part in taking: only in reading the clock.
+        let units = &self.units;
         if tokens == 0 {
-            return Some(Ok(()));
+            return Ok(());
         }
         if tokens > units.capacity {
-            return Some(Err(TryTakeError::ExceedsCapacity {
+            return Err(TryTakeError::ExceedsCapacity {
                 requested: tokens,
                 capacity: units.capacity,
-            }));
+            });
         }
-        Some(match units.take(*word, tokens, now_units) {
+        match units.take(*word, tokens, now_units) {
             Ok(end) => {
                 *word = end;
                 Ok(())
@@ -86,20 +92,15 @@ impl CompactBucket {
             Err(short) => Err(TryTakeError::Insufficient {
                 retry_after: units.wait(short),
             }),
-        })
+        }
     }
 
-    /// Whether `word` is a full bucket at `now`: a fresh one would behave the same.
-    /// `None` past the base's horizon.
-    pub(crate) fn is_full(&self, word: u64, now: u64, base: u64) -> Option<bool> {
-        let units = self.units(base);
-        let now_units = units.at(now)?;
-        Some(units.tokens(word, now_units) == units.capacity)
-    }
-
-    /// Whether `now` is past the horizon of `base`: the shard must move its base.
-    pub(crate) fn must_rebase(&self, now: u64, base: u64) -> bool {
-        self.units(base).at(now).is_none()
+    /// Whether `word` is a full bucket at `now_units`: a fresh one would behave the same.
+    #[inline]
+    pub(crate) fn is_full(&self, word: u64, now_units: u64) -> bool {
+        // Nothing owed from a full bucket's worth ago on: what `tokens` would find equal
+        // to the capacity, without its division.
+        word <= now_units - self.units.full()
     }
 
     /// `word`, counted from `to` instead of `from` (a later base). Units before the new

@@ -62,13 +62,14 @@ impl<L: Limiter> Compact<L> {
         }
     }
 
-    /// Whether `now` is past what words counted from `base` can hold: the shard must
-    /// [`rebase`](Compact::rebase) every word first. Only a bucket's words have a base.
+    /// What words counted from `base` are read against at `now`: for a bucket, `now` in
+    /// their units; for a window, `now`. `None` when `now` is past what words counted from
+    /// `base` can hold: the shard must [`rebase`](Compact::rebase) every word first.
     #[inline]
-    pub(crate) fn must_rebase(&self, now: u64, base: u64) -> bool {
+    pub(crate) fn reading(&self, now: u64, base: u64) -> Option<u64> {
         match &self.form {
-            Form::Bucket(bucket) => bucket.must_rebase(now, base),
-            Form::Window(_) => false,
+            Form::Bucket(bucket) => bucket.at(now, base),
+            Form::Window(_) => Some(now),
         }
     }
 
@@ -80,32 +81,30 @@ impl<L: Limiter> Compact<L> {
         }
     }
 
-    /// `try_acquire` on a key's `word` at `now`, as its limiter would decide with nobody
-    /// waiting. `base` must not need moving at `now`.
+    /// `try_acquire` on a key's `word`, as its limiter would decide it with nobody waiting,
+    /// at the [`reading`](Compact::reading) of now.
     #[inline]
     pub(crate) fn try_acquire(
         &self,
         word: &mut u64,
         permits: u64,
-        now: u64,
-        base: u64,
+        reading: u64,
     ) -> Result<(), TryAcquireError> {
         match &self.form {
             Form::Bucket(bucket) => bucket
-                .try_take(word, permits, now, base)
-                .expect("the shard moves its base before its horizon")
+                .try_take(word, permits, reading)
                 .map_err(try_acquire_error),
-            Form::Window(window) => window.try_acquire_word(word, permits, now),
+            Form::Window(window) => window.try_acquire_word(word, permits, reading),
         }
     }
 
-    /// Whether the limiter `word` stands for is idle at `now`.
-    pub(crate) fn is_idle(&self, word: u64, now: u64, base: u64) -> bool {
+    /// Whether the limiter `word` stands for is idle at the [`reading`](Compact::reading)
+    /// of now.
+    #[inline]
+    pub(crate) fn is_idle(&self, word: u64, reading: u64) -> bool {
         match &self.form {
-            Form::Bucket(bucket) => bucket
-                .is_full(word, now, base)
-                .expect("the shard moves its base before its horizon"),
-            Form::Window(window) => window.is_idle_word(word, now),
+            Form::Bucket(bucket) => bucket.is_full(word, reading),
+            Form::Window(window) => window.is_idle_word(word, reading),
         }
     }
 
@@ -114,7 +113,7 @@ impl<L: Limiter> Compact<L> {
     pub(crate) fn unfold(&self, word: u64, now: u64, base: u64) -> L {
         let unfolded = match &self.form {
             Form::Bucket(bucket) => as_limiter(bucket.unfold(word, now, base)),
-            Form::Window(window) => as_limiter(window.with_word(word)),
+            Form::Window(window) => as_limiter(window.with_word(word, now)),
         };
         unfolded.expect("a form is made only for its own limiter type")
     }
@@ -125,7 +124,7 @@ impl<L: Limiter> Compact<L> {
         let limiter: &dyn Any = limiter;
         match &self.form {
             Form::Bucket(bucket) => bucket.fold(limiter.downcast_ref()?, now, base),
-            Form::Window(window) => window.word_of(limiter.downcast_ref()?),
+            Form::Window(window) => window.word_of(limiter.downcast_ref()?, now),
         }
     }
 }

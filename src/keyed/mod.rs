@@ -18,7 +18,7 @@ use std::sync::{Arc, PoisonError, TryLockError};
 use crate::clock::Clock;
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
-use crate::keyed::shard::{Shard, Slot};
+use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
 use crate::sync::{AtomicUsize, Mutex, MutexGuard};
 
@@ -141,9 +141,8 @@ struct Inner<K, L> {
     /// settings have no compact form, and every key holds a whole limiter.
     compact: Option<Compact<L>>,
     shards: Box<[ShardLock<K, L>]>,
-    /// Picks a key's shard. Each shard's map hashes with keys of its own: were they the
-    /// same, the keys of one shard, which share these bits, would crowd its map.
-    shard_hasher: RandomState,
+    /// Hashes a key once a call: the hash picks its shard and its place in the shard.
+    hasher: RandomState,
     /// Keys held, over all shards, counting those being added.
     keys: AtomicUsize,
     max_keys: Option<usize>,
@@ -159,18 +158,11 @@ struct Inner<K, L> {
 struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
 /// Where a call stands once its key's slot was looked at under the shard's lock.
-enum Step<L, E> {
+enum Step<L> {
     /// Decided on the key's word.
-    Decided(Result<(), E>),
+    Decided(Result<(), TryAcquireError>),
     /// To be asked of the key's whole limiter, with the lock released.
     Call(Arc<L>),
-}
-
-/// A compact form, and the instant and base its words are read at under a shard's lock.
-struct At<'a, L> {
-    compact: &'a Compact<L>,
-    now: u64,
-    base: u64,
 }
 
 impl<K, L: Limiter> Keyed<K, L> {
@@ -226,7 +218,7 @@ impl<K, L: Limiter> Keyed<K, L> {
                 compact: Compact::of(&template),
                 template,
                 shards,
-                shard_hasher: RandomState::new(),
+                hasher: RandomState::new(),
                 keys: AtomicUsize::new(0),
                 max_keys,
                 clock: Clock::start(),
@@ -421,7 +413,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         // The whole limiter, even when the key's word could grant at once: the request is
         // decided when first polled, so that a future dropped before then takes nothing,
         // and the key is held (not forgotten, not folded) while the future lives.
-        let limiter = self.with_slot(key, |slot, at| whole(slot, at));
+        let limiter = self.with_slot(key, |mut slot, at| slot.whole(at));
         async move {
             let limiter = limiter
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
@@ -460,10 +452,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut shard = self.shard_of(key);
-        let at = self.at(&mut shard);
-        let slot = shard.limiters.get_mut(key)?;
-        Some(whole(slot, at.as_ref()))
+        let (hash, mut shard) = self.shard_of(key);
+        let at = shard.at(self.inner.compact.as_ref());
+        let mut slot = shard.get_mut(hash, key)?;
+        Some(slot.whole(at.as_ref()))
     }
 
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
@@ -499,7 +491,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         self.inner
             .shards
             .iter()
-            .map(|shard| lock(shard).sweep(self.inner.compact.as_ref(), &self.inner.keys))
+            .map(|shard| self.sweep(&mut lock(shard)))
             .sum()
     }
 
@@ -508,41 +500,51 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     fn with_slot<Q, R>(
         &self,
         key: &Q,
-        visit: impl FnOnce(&mut Slot<L>, Option<&At<'_, L>>) -> R,
+        visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     ) -> Result<R, TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let visit = match self.visit_or_add(&mut self.shard_of(key), key, visit) {
+        let (hash, mut shard) = self.shard_of(key);
+        let visit = match self.visit_or_add(&mut shard, hash, key, visit) {
             Ok(visited) => return Ok(visited),
             Err(visit) => visit,
         };
         // At the bound: make room, then try once more (another thread may have made room
         // meanwhile, or added this very key).
+        drop(shard);
         self.sweep_for_room();
-        self.visit_or_add(&mut self.shard_of(key), key, visit)
+        let (hash, mut shard) = self.shard_of(key);
+        self.visit_or_add(&mut shard, hash, key, visit)
             .map_err(|_| TooManyKeys {
                 max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
             })
     }
 
     /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
-    /// key is new and there is no room for it.
-    fn visit_or_add<Q, R, V>(&self, shard: &mut Shard<K, L>, key: &Q, visit: V) -> Result<R, V>
+    /// key is new and there is no room for it. `hash` is the key's.
+    fn visit_or_add<Q, R, V>(
+        &self,
+        shard: &mut Shard<K, L>,
+        hash: u64,
+        key: &Q,
+        visit: V,
+    ) -> Result<R, V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-        V: FnOnce(&mut Slot<L>, Option<&At<'_, L>>) -> R,
+        V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     {
-        let at = self.at(shard);
-        if let Some(slot) = shard.limiters.get_mut(key) {
+        let compact = self.inner.compact.as_ref();
+        let at = shard.at(compact);
+        if let Some(slot) = shard.get_mut(hash, key) {
             return Ok(visit(slot, at.as_ref()));
         }
-        let at = if shard.limiters.len() >= shard.sweep_at {
-            shard.sweep(self.inner.compact.as_ref(), &self.inner.keys);
+        let at = if shard.len() >= shard.sweep_at {
+            self.sweep(shard);
             // The sweep may have moved the base.
-            self.at(shard)
+            shard.at(compact)
         } else {
             at
         };
@@ -550,24 +552,12 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             return Err(visit);
         };
         let fresh = match &at {
-            Some(at) => Slot::Compact(at.compact.idle_word(at.now)),
-            None => Slot::Full(Arc::new(self.inner.template.fresh())),
+            Some(at) => Ok(at.compact.idle_word(at.now)),
+            None => Err(Arc::new(self.inner.template.fresh())),
         };
-        let slot = shard.limiters.entry(key.to_owned()).or_insert(fresh);
+        let slot = shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
         reservation.keep();
         Ok(visit(slot, at.as_ref()))
-    }
-
-    /// Where compact words of `shard` are read now, if the template has a compact form.
-    #[inline]
-    fn at(&self, shard: &mut Shard<K, L>) -> Option<At<'_, L>> {
-        let compact = self.inner.compact.as_ref()?;
-        let now = shard.now(compact);
-        Some(At {
-            compact,
-            now,
-            base: shard.base,
-        })
     }
 
     /// Counts one more key, unless that would pass `max_keys`.
@@ -609,12 +599,22 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// The locked shard `key` belongs to.
-    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K, L>> {
-        let hash = self.inner.shard_hasher.hash_one(key);
-        // The number of shards is a power of two: the mask keeps the hash's low bits. The
-        // cast may drop high bits on 32-bit targets, which the mask drops anyway.
-        let index = hash as usize & (self.inner.shards.len() - 1);
-        lock(&self.inner.shards[index])
+    /// The hash of `key` and the locked shard it belongs to.
+    #[inline]
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, MutexGuard<'_, Shard<K, L>>) {
+        let hash = self.inner.hasher.hash_one(key);
+        // The number of shards is a power of two, at most 2^16: the mask keeps bits 32 to
+        // 47 of the hash, which the shard's table uses neither for a key's place (its low
+        // bits) nor for its tag (the top 7). Picked from those, the keys of one shard
+        // would share them and crowd its table.
+        let index = (hash >> 32) as usize & (self.inner.shards.len() - 1);
+        (hash, lock(&self.inner.shards[index]))
+    }
+
+    /// Sweeps `shard` (see [`Shard::sweep`]).
+    fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
+        let inner = &self.inner;
+        shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher)
     }
 }
 
@@ -628,50 +628,13 @@ fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
 /// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
 /// now), else to be asked of its whole limiter.
 #[inline]
-fn try_step<L: Limiter>(
-    slot: &mut Slot<L>,
-    at: Option<&At<'_, L>>,
-    permits: u64,
-) -> Step<L, TryAcquireError> {
-    match word(slot, at) {
-        Some((word, at)) => Step::Decided(at.compact.try_acquire(word, permits, at.now, at.base)),
-        None => Step::Call(whole(slot, at)),
-    }
-}
-
-/// The slot's word, first folding a whole limiter that may be one again; `None` when the
-/// slot holds a whole limiter.
-#[inline]
-fn word<'s, 'a, L: Limiter>(
-    slot: &'s mut Slot<L>,
-    at: Option<&'a At<'a, L>>,
-) -> Option<(&'s mut u64, &'a At<'a, L>)> {
-    let at = at?;
-    if let Slot::Full(limiter) = slot {
-        let folded = (Arc::strong_count(limiter) == 1)
-            .then(|| at.compact.fold(limiter, at.now, at.base))
-            .flatten()?;
-        *slot = Slot::Compact(folded);
-    }
-    match slot {
-        Slot::Compact(word) => Some((word, at)),
-        Slot::Full(_) => None,
-    }
-}
-
-/// The slot's whole limiter, unfolding its word into one if it is a word.
-fn whole<L: Limiter>(slot: &mut Slot<L>, at: Option<&At<'_, L>>) -> Arc<L> {
-    match (&*slot, at) {
-        (Slot::Full(limiter), _) => Arc::clone(limiter),
-        (&Slot::Compact(word), Some(at)) => {
-            let limiter = Arc::new(at.compact.unfold(word, at.now, at.base));
-            *slot = Slot::Full(Arc::clone(&limiter));
-            limiter
-        }
-        (Slot::Compact(_), None) => {
-            unreachable!("a shard holds words only for a template with a compact form")
+fn try_step<L: Limiter>(mut slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
+    if let Some(at) = at {
+        if let Some(word) = slot.word(at) {
+            return Step::Decided(at.compact.try_acquire(word, permits, at.reading));
         }
     }
+    Step::Call(slot.whole(at))
 }
 
 /// Refusal of a new key: the bound that was reached.

@@ -275,7 +275,7 @@ impl Shared {
         let now = self.clock.now();
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let (next, window) = self.count_into(word, now, permits)?;
+            let (next, window) = self.count_into(self.layout, word, now, permits)?;
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
@@ -291,13 +291,25 @@ impl Shared {
     /// the next word and the number (wrapping) of the window counted into, or how long
     /// until they fit.
     #[inline]
-    fn count_into(&self, word: u64, now: u64, permits: u64) -> Result<(u64, u64), Duration> {
-        let current = self.layout.read(word, now / self.window_nanos);
+    fn count_into(
+        &self,
+        layout: Layout,
+        word: u64,
+        now: u64,
+        permits: u64,
+    ) -> Result<(u64, u64), Duration> {
+        let current = layout.read(word, now / self.window_nanos);
         let count = current.count + permits;
         if count > self.limit {
             return Err(self.retry_after(now, current, permits, false));
         }
-        Ok((self.layout.pack(current.window(), count), current.window()))
+        Ok((layout.pack(current.window(), count), current.window()))
+    }
+
+    /// `word` of `from`'s layout in `to`'s, as read at `now`: the same window and count.
+    fn convert(&self, word: u64, now: u64, from: Layout, to: Layout) -> u64 {
+        let current = from.read(word, now / self.window_nanos);
+        to.pack(current.window(), current.count)
     }
 
     /// What the head of the line tries: counts `permits` into the first window where
@@ -629,10 +641,12 @@ impl Limiter for FixedWindow {
 }
 
 /// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
-/// while nobody waits on it: the word is guarded by the key's shard lock, so it is a plain
-/// `u64`, and `self` is the template, whose settings and clock every key shares.
+/// while nobody waits on it: the word (in the compact layout, its top bit spare) is
+/// guarded by the key's shard lock, so it is a plain `u64`, and `self` is the template,
+/// whose settings and clock every key shares.
 impl FixedWindow {
     /// The clock windows are counted on.
+    #[inline]
     pub(crate) fn now(&self) -> u64 {
         self.shared.clock.now()
     }
@@ -640,7 +654,7 @@ impl FixedWindow {
     /// The word of a window with nothing counted at `now`.
     pub(crate) fn idle_word(&self, now: u64) -> u64 {
         let shared = &self.shared;
-        shared.layout.pack(now / shared.window_nanos, 0)
+        shared.layout.compact().pack(now / shared.window_nanos, 0)
     }
 
     /// `try_acquire` on a key's `word` at `now`, with nobody waiting.
@@ -656,32 +670,41 @@ impl FixedWindow {
             return Ok(());
         }
         let (next, _) = shared
-            .count_into(*word, now, permits)
+            .count_into(shared.layout.compact(), *word, now, permits)
             .map_err(|retry_after| TryAcquireError::Limited { retry_after })?;
         *word = next;
         Ok(())
     }
 
     /// Whether `word` counts nothing in the window of `now`: `is_idle` for a key's word.
+    #[inline]
     pub(crate) fn is_idle_word(&self, word: u64, now: u64) -> bool {
         let shared = &self.shared;
-        shared.layout.read(word, now / shared.window_nanos).count == 0
+        let layout = shared.layout.compact();
+        layout.read(word, now / shared.window_nanos).count == 0
     }
 
-    /// A limiter like [`fresh`](Limiter::fresh) ones, whose state is `word`.
-    pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
+    /// A limiter like [`fresh`](Limiter::fresh) ones, counting what `word` counts at
+    /// `now`.
+    pub(crate) fn with_word(&self, word: u64, now: u64) -> FixedWindow {
         let limiter = self.fresh();
-        limiter.shared.state.store(word, Ordering::Release);
+        let shared = &limiter.shared;
+        let state = shared.convert(word, now, shared.layout.compact(), shared.layout);
+        shared.state.store(state, Ordering::Release);
         limiter
     }
 
-    /// `limiter`'s state word, if it folds into a key of this template: nobody waits on
-    /// it and it counts on this template's clock.
-    pub(crate) fn word_of(&self, limiter: &FixedWindow) -> Option<u64> {
+    /// `limiter`'s word at `now`, if it folds into a key of this template: nobody waits
+    /// on it, and its settings and clock are the template's.
+    pub(crate) fn word_of(&self, limiter: &FixedWindow, now: u64) -> Option<u64> {
         let (template, shared) = (&self.shared, &limiter.shared);
         let same = shared.clock == template.clock
             && (shared.limit, shared.window) == (template.limit, template.window);
-        (same && !shared.turnstile.is_waiting()).then(|| shared.state.load(Ordering::Acquire))
+        if !same || shared.turnstile.is_waiting() {
+            return None;
+        }
+        let state = shared.state.load(Ordering::Acquire);
+        Some(shared.convert(state, now, shared.layout, shared.layout.compact()))
     }
 }
 
@@ -697,24 +720,39 @@ impl fmt::Debug for FixedWindow {
 }
 
 /// How the state word is split: the count in the low `count_bits` bits, just enough for
-/// the limit, and the window number's low bits (its *tag*) in all the bits above.
+/// the limit, and the window number's low bits (its *tag*) in all the bits above but the
+/// `spare_bits` top ones, which stay zero.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     count_bits: u32,
+    spare_bits: u32,
 }
 
 impl Layout {
     fn for_limit(limit: u64) -> Layout {
         Layout {
             count_bits: u64::BITS - limit.leading_zeros(),
+            spare_bits: 0,
+        }
+    }
+
+    /// The layout of a key's word in [`Keyed`](crate::Keyed): its top bit spare, where
+    /// `Keyed` marks a key held whole. Its tag is a bit shorter, so a key untouched for
+    /// half as many windows as the limiter's may be misread (see "After a long idle time").
+    fn compact(self) -> Layout {
+        Layout {
+            spare_bits: 1,
+            ..self
         }
     }
 
     /// The bits of a window number that the word keeps.
+    #[inline]
     fn tag_mask(self) -> u64 {
-        u64::MAX >> self.count_bits
+        u64::MAX >> (self.count_bits + self.spare_bits)
     }
 
+    #[inline]
     fn pack(self, window: u64, count: u64) -> u64 {
         (window & self.tag_mask()) << self.count_bits | count
     }
@@ -722,6 +760,7 @@ impl Layout {
     /// The window a caller whose clock reads `clock_window` counts into, given the
     /// stored `word`: the stored one when it is that window or a newer one (tags compared
     /// modulo their width, up to half of it ahead), else a new, empty one.
+    #[inline]
     fn read(self, word: u64, clock_window: u64) -> Current {
         let stored = word >> self.count_bits;
         let ahead = stored.wrapping_sub(clock_window) & self.tag_mask();
