@@ -611,6 +611,18 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         (hash, lock(&self.inner.shards[index]))
     }
 
+    /// Keys held as whole limiters, over all shards, and the bases of the shards' words.
+    #[cfg(all(test, not(loom)))]
+    fn wholes_and_bases(&self) -> (usize, Vec<u64>) {
+        let shards = self
+            .inner
+            .shards
+            .iter()
+            .map(|shard| lock(shard).wholes_and_base());
+        let (wholes, bases): (Vec<usize>, Vec<u64>) = shards.unzip();
+        (wholes.iter().sum(), bases)
+    }
+
     /// Sweeps `shard` (see [`Shard::sweep`]).
     fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
         let inner = &self.inner;
@@ -814,3 +826,6 @@ impl<K, L> fmt::Debug for KeyedBuilder<K, L> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -155,6 +155,14 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         self.entries.len()
     }
 
+    /// Keys held as whole limiters, and the base words count from: for tests to see
+    /// which form a key is in.
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn wholes_and_base(&self) -> (usize, u64) {
+        let wholes = self.wholes.limiters.iter().filter(|held| held.is_some());
+        (wholes.count(), self.base)
+    }
+
     /// Where compact words are read now, after moving the base if now is past what words
     /// counted from it hold; `None` without a compact form.
     #[inline]
