@@ -33,7 +33,7 @@ impl CompactBucket {
 
     /// The compact form of `template`'s keys, or `None` when one word cannot hold them:
     /// several limits, or a full bucket worth more than 2<sup>61</sup> units (see
-    /// [`Keyed`](crate::Keyed#what-a-key-costs)).
+    /// [`Keyed`](crate::Keyed#how-a-key-is-held)).
     pub(crate) fn of(template: &TokenBucket) -> Option<CompactBucket> {
         if template.limit_count() != 1 {
             return None;

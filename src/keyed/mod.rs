@@ -83,6 +83,41 @@ const QUIET_FACTOR: u64 = 9;
 /// admitted by the forgotten limiter while a fresh one admits others for the same key:
 /// twice the limit.
 ///
+/// # How a key is held
+///
+/// A key nobody waits on and nobody holds is kept as its limiter's state alone, one
+/// 8-byte word beside the key in the shard's table, the settings living once in the
+/// template: for a [`TokenBucket`](crate::TokenBucket), the word its lock-free fast path
+/// keeps (when the bucket would be empty, in exact units of its rate); for a
+/// [`FixedWindow`](crate::FixedWindow), its window and count. `try_acquire` reads and
+/// writes that word under the shard's lock, with the bucket's or the window's own
+/// arithmetic, so it answers exactly as the limiter would, `retry_after` included, to the
+/// nanosecond.
+///
+/// The whole limiter (a bucket's waiter queue and refill task, a window's line) is made
+/// from the word when [`acquire`](Keyed::acquire) is called for the key or
+/// [`get`](Keyed::get) hands it out, and holds exactly what the word held. It folds back
+/// into the word at the key's next `try_acquire`, or at the next sweep (automatic, or
+/// [`retain_recent`](Keyed::retain_recent)), once nobody waits on it, nobody else holds
+/// it, and its settings are still the template's: a rate or capacity changed through a
+/// handle from `get` keeps the key whole, with its own settings, until it is forgotten.
+///
+/// Which templates have the compact form: a `TokenBucket` of one limit whose full
+/// bucket is worth at most 2<sup>61</sup> units of its rate (a unit is a token divided by
+/// `period / gcd(amount, period)` of the rate: with one token an hour, up to 640,000
+/// tokens; with any rate per second, up to 2.3 × 10<sup>9</sup>) and which gains at most
+/// 4.6 × 10<sup>9</sup> units a nanosecond (so that the instant its words count from moves
+/// at most once a second; moving it rewrites each word of a shard); and any `FixedWindow`
+/// (whose compact word keeps one bit fewer of the window's number than the limiter does,
+/// so the idle time it reads exactly, in
+/// [its documentation](crate::FixedWindow#after-a-long-idle-time), is halved). Any other
+/// limiter, a user's own included, is held whole: in an `Arc`, with its own allocations.
+/// A [`SlidingLog`](crate::SlidingLog) must remember each grant still counted, so it has
+/// no one-word form: its log grows only as grants come (8 bytes each, at most `8 × limit`),
+/// so a key that was used once costs about 360 bytes, most of it the limiter's fixed
+/// part. A [`SlidingWindow`](crate::SlidingWindow) holds its slots from the start (8 bytes
+/// each).
+///
 /// # The memory bound
 ///
 /// Keys are spread over shards, each a map behind its own lock. A shard forgets its idle
@@ -110,25 +145,21 @@ const QUIET_FACTOR: u64 = 9;
 ///
 /// # What a key costs
 ///
-/// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` (on a shared two-core
-/// machine, so roughly): a `TokenBucket` key takes about 875 bytes of heap in three
-/// allocations. The bucket itself is about 815 of them, in two: its shared state with
-/// the fast path's word and its counters (on the word's cache line), the waiter queue, and a `Notify`
-/// for its refill task (the signal behind
-/// [`TokenBucket::closed`](crate::TokenBucket::closed) is made only if someone asks).
-/// The `Arc` and the map's slot make up the rest. A [`FixedWindow`](crate::FixedWindow)
-/// key takes about 270 bytes, a small [`SlidingLog`](crate::SlidingLog) about 340.
-/// governor's keyed limiter, which keeps one
-/// 8-byte word per key inline in its map, takes about 35. A `try_acquire` over a million
-/// keys took about 410 ns (governor: 210 ns), dominated by cache misses along the
-/// pointers from the map to the bucket's state; for one hot key about 95 ns (governor:
-/// 45 ns).
+/// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` with a million `u64` keys
+/// (on a shared two-core machine, so roughly): a compact `TokenBucket` or `FixedWindow`
+/// key takes about 35 bytes of heap and no allocation of its own (16 bytes in the table,
+/// at the table's load), as governor's keyed limiter does. A key held whole costs its
+/// limiter besides: about 950 bytes for a bucket, in three allocations. A `try_acquire`
+/// costs about what governor's keyed limiter costs reading tokio's clock, as ours must
+/// (see `docs/benchmarks.md`).
 ///
 /// # Concurrency
 ///
-/// A shard's lock is held only to find or add a key's limiter, and during a sweep; the
-/// limiter itself is called after the lock is released, and no lock is held across an
-/// `.await`. The number of shards is a power of two, by default the next one at or above
+/// A shard's lock is held to find or add a key, to read and write a compact key's word
+/// (a few arithmetic steps, no call into the limiter), and during a sweep; a whole
+/// limiter is called after the lock is released, and no lock is held across an `.await`.
+/// A key is hashed once a call: the hash picks its shard and its place in the shard's
+/// table. The number of shards is a power of two, by default the next one at or above
 /// four per available thread.
 pub struct Keyed<K, L> {
     inner: Arc<Inner<K, L>>,
@@ -302,7 +333,9 @@ impl<K, L> Keyed<K, L> {
 
 impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Acquires `permits` for `key` now if its limiter allows; never waits. A key seen for
-    /// the first time gets a fresh limiter. Needs no runtime.
+    /// the first time gets a fresh limiter. Needs no runtime. A key held as a word is
+    /// answered on its word; a whole limiter that may be a word again is folded first
+    /// (see [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// The key may be given in any borrowed form of `K`, as with a `HashMap`: a `&str` for
     /// `String` keys.
@@ -358,10 +391,13 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Acquires `permits` for `key`, waiting first in, first out behind the other waiters
     /// of that key until its limiter allows. Other keys are not held up.
     ///
-    /// The key's limiter is found (or made) when this method is called, not when the
-    /// future is first polled; the future holds it from then on, so the key is not
-    /// forgotten while the future lives, and it borrows neither `self` nor `key`. No lock
-    /// of the `Keyed` is held while it waits.
+    /// The key's whole limiter is found (or made, from the key's word or afresh) when this
+    /// method is called, not when the future is first polled; the future holds it from
+    /// then on, so the key is neither forgotten nor folded back into its word while the
+    /// future lives, and it borrows neither `self` nor `key`. The request itself is
+    /// decided when the future is first polled, by that limiter. No lock of the `Keyed`
+    /// is held while it waits. The key goes back to its word at its next `try_acquire` or
+    /// sweep once its line is empty (see [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// # Errors
     ///
@@ -424,13 +460,17 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
     /// forgotten (its limiter would then be fresh). Makes no limiter.
     ///
-    /// The key is not forgotten while the returned `Arc` lives. Keep the `Arc`, not a
-    /// clone of the limiter inside it: a `TokenBucket` cloned out of it stays tied to the
-    /// key's bucket but does not keep the key. Settings changed through it (a bucket's
+    /// A key held as a word is made a whole limiter holding exactly what the word held.
+    /// The key is neither forgotten nor folded back into its word while the returned
+    /// `Arc` lives. Keep the `Arc`, not a clone of the limiter inside it: a `TokenBucket`
+    /// cloned out of it stays tied to that bucket but does not keep the key, which may
+    /// then fold back into its word or be forgotten, leaving the clone on a bucket of
+    /// its own. Settings changed through it (a bucket's
     /// [`set_rate`](crate::TokenBucket::set_rate) or
-    /// [`set_capacity`](crate::TokenBucket::set_capacity)) last only while the key is
-    /// held: once its limiter is idle it may be forgotten, and the key comes back with a
-    /// fresh copy of the template.
+    /// [`set_capacity`](crate::TokenBucket::set_capacity)) keep the key whole, with its
+    /// own settings, but last only while the key is held: once its limiter is idle it may
+    /// be forgotten, and the key comes back with a fresh copy of the template. A bucket's
+    /// [`stats`](crate::TokenBucket::stats) count from when it was made whole.
     ///
     /// # Examples
     ///
@@ -461,7 +501,9 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
     /// else (no pending [`acquire`](Keyed::acquire), no `Arc` from [`get`](Keyed::get)),
     /// and returns how many it forgot. Their memory is freed, and the maps give back their
-    /// spare room.
+    /// spare room. Whole limiters held by nobody else, that nobody waits on and whose
+    /// settings are the template's, fold back into their words (see
+    /// [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// Looks at every key, one shard at a time, so the other shards are served meanwhile.
     /// Keys are also forgotten automatically as new ones come (see

@@ -120,6 +120,11 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// of 8.6 s or more and any limit. At worst (a limit of `u32::MAX` per nanosecond) the
 /// idle time that is still seen exactly is 2<sup>31</sup> ns, 2.1 s.
 ///
+/// A key of a [`Keyed`](crate::Keyed) held as its word alone keeps one bit fewer of the
+/// window's number (`Keyed` marks whole limiters with the word's top bit), so for it each
+/// of these spans is halved: windows of 2 ms or more with a limit up to 262 143, or of
+/// 17.2 s or more with any limit, are always seen exactly.
+///
 /// # Runtime
 ///
 /// Everything but a waiting `acquire` works from any thread, with or without a runtime.
