@@ -566,6 +566,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
 
     /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
     /// key is new and there is no room for it. `hash` is the key's.
+    #[inline(always)]
     fn visit_or_add<Q, R, V>(
         &self,
         shard: &mut Shard<K, L>,
@@ -681,7 +682,7 @@ fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
 
 /// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
 /// now), else to be asked of its whole limiter.
-#[inline]
+#[inline(always)]
 fn try_step<L: Limiter>(mut slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
     if let Some(at) = at {
         if let Some(word) = slot.word(at) {

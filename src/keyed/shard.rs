@@ -165,7 +165,7 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
 
     /// Where compact words are read now, after moving the base if now is past what words
     /// counted from it hold; `None` without a compact form.
-    #[inline]
+    #[inline(always)]
     pub(super) fn at<'a>(&mut self, compact: Option<&'a Compact<L>>) -> Option<At<'a, L>> {
         let compact = compact?;
         let now = compact.now();
