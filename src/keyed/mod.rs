@@ -1,6 +1,9 @@
 //! [`Keyed`]: one limiter per key, made on first use from a template and forgotten again
-//! once it is idle. Its documentation explains why forgetting costs nothing, and the
-//! memory bound.
+//! once it is idle. Its documentation explains why forgetting costs nothing, how a key is
+//! held (its state word alone while nobody waits on it), and the memory bound.
+//!
+//! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
+//! - `compact.rs`: which templates have a one-word form, and its operations.
 
 mod compact;
 mod shard;
