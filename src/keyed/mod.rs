@@ -40,7 +40,9 @@ const QUIET_FACTOR: u64 = 9;
 ///
 /// `Keyed` works with any [`Limiter`]. The template is a limiter built by the caller, so
 /// its settings were checked once, when it was built; every key's limiter is
-/// [`template.fresh()`](Limiter::fresh). `Keyed` is a cheap handle: its clones share the
+/// [`template.fresh()`](Limiter::fresh). `Keyed` keeps a fresh copy of the template,
+/// made when it is built: settings changed later through a clone of the template (a
+/// bucket's `set_rate`) change no key. `Keyed` is a cheap handle: its clones share the
 /// same keys.
 ///
 /// # Examples
@@ -244,6 +246,9 @@ impl<K, L: Limiter> Keyed<K, L> {
     }
 
     fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
+        // A copy nobody else holds: the compact form reads its settings once, here, and
+        // keys made whole later must be made with the same ones.
+        let template = template.fresh();
         let shards = (0..shards)
             .map(|_| ShardLock(Mutex::new(Shard::new())))
             .collect();

@@ -182,3 +182,14 @@ async fn an_acquire_dropped_unpolled_takes_nothing_from_a_word() {
     keyed.try_acquire(&0, 1).unwrap();
     assert_eq!(wholes(&keyed), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn settings_changed_through_a_clone_of_the_template_change_no_key() {
+    let template = bucket(Rate::per_second(1), 1);
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(template.clone());
+    template.set_rate(Rate::per_second(4)).unwrap();
+    keyed.try_acquire(&0, 1).unwrap();
+    assert_eq!(keyed.try_acquire(&0, 1), limited(Duration::from_secs(1)));
+    // A key made whole is made with the same settings as a word.
+    assert_eq!(keyed.get(&0).unwrap().rate(), Rate::per_second(1));
+}
