@@ -588,9 +588,23 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     {
         let compact = self.inner.compact.as_ref();
+        // The key first, then the clock: the clock is read while the key's place in the
+        // table (a cache miss among many keys) is still being fetched.
+        let past_horizon = match shard.get_mut(hash, key) {
+            Some(slot) => match compact {
+                None => return Ok(visit(slot, None)),
+                Some(compact) => match At::now(compact, slot.base) {
+                    Some(at) => return Ok(visit(slot, Some(&at))),
+                    None => true,
+                },
+            },
+            None => false,
+        };
         let at = shard.at(compact);
-        if let Some(slot) = shard.get_mut(hash, key) {
-            return Ok(visit(slot, at.as_ref()));
+        if past_horizon {
+            if let Some(slot) = shard.get_mut(hash, key) {
+                return Ok(visit(slot, at.as_ref()));
+            }
         }
         let at = if shard.len() >= shard.sweep_at {
             self.sweep(shard);

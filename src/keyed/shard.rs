@@ -95,10 +95,28 @@ pub(super) struct At<'a, L> {
     pub(super) reading: u64,
 }
 
+impl<'a, L: Limiter> At<'a, L> {
+    /// Where words counted from `base` are read now; `None` when now is past what they
+    /// hold, and the shard must move its base first.
+    #[inline(always)]
+    pub(super) fn now(compact: &'a Compact<L>, base: u64) -> Option<At<'a, L>> {
+        let now = compact.now();
+        let reading = compact.reading(now, base)?;
+        Some(At {
+            compact,
+            now,
+            base,
+            reading,
+        })
+    }
+}
+
 /// A key's entry, with the whole limiters of its shard beside it.
 pub(super) struct Slot<'s, L> {
     entry: &'s mut u64,
     wholes: &'s mut Wholes<L>,
+    /// The shard's base, which its words count from.
+    pub(super) base: u64,
 }
 
 impl<L: Limiter> Slot<'_, L> {
@@ -168,20 +186,12 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
     #[inline(always)]
     pub(super) fn at<'a>(&mut self, compact: Option<&'a Compact<L>>) -> Option<At<'a, L>> {
         let compact = compact?;
-        let now = compact.now();
-        let reading = match compact.reading(now, self.base) {
-            Some(reading) => reading,
-            None => {
-                self.rebase(compact, now);
-                (compact.reading(now, now)).expect("a base at now holds now: a full bucket fits")
-            }
-        };
-        Some(At {
-            compact,
-            now,
-            base: self.base,
-            reading,
-        })
+        if let Some(at) = At::now(compact, self.base) {
+            return Some(at);
+        }
+        self.rebase(compact, compact.now());
+        // A base that moved to a moment ago holds now: it lasts a second at least.
+        At::now(compact, self.base)
     }
 
     /// Counts every compact word from `now` instead of the old base. Costs a look at each
@@ -210,6 +220,7 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         Some(Slot {
             entry,
             wholes: &mut self.wholes,
+            base: self.base,
         })
     }
 
@@ -233,6 +244,7 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         Slot {
             entry,
             wholes: &mut self.wholes,
+            base: self.base,
         }
     }
 
