@@ -144,8 +144,8 @@ impl<L: Limiter> Slot<'_, L> {
         }
         let limiter = match at {
             Some(at) => Arc::new(at.compact.unfold(*self.entry, at.now, at.base)),
-            // Without a compact form every entry names a whole limiter; should one not,
-            // nothing was counted in it.
+            // Without a compact form every entry is added naming a whole limiter, and
+            // none is ever folded.
             None => unreachable!("a shard holds words only for a template with a compact form"),
         };
         *self.entry = self.wholes.add(Arc::clone(&limiter));
