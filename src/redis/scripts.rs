@@ -249,11 +249,11 @@ fn again(error: &::redis::RedisError, moved: &mut u32) -> bool {
     }
 }
 
-// The integration tests' throwaway server; these tests only start and stop it.
+// The integration tests' throwaway server; the unit tests only start and stop it.
 #[cfg(test)]
 #[path = "../../tests/common/redis_server.rs"]
 #[allow(dead_code)]
-mod test_server;
+pub(crate) mod test_server;
 
 #[cfg(test)]
 mod tests {

@@ -159,16 +159,10 @@ async fn bounded<T>(
     }
 }
 
-// The integration tests' throwaway server; these tests only start and stop it.
-#[cfg(test)]
-#[path = "../../../tests/common/redis_server.rs"]
-#[allow(dead_code)]
-mod test_server;
-
 #[cfg(test)]
 mod tests {
-    use super::test_server::RedisServer;
     use super::*;
+    use crate::redis::scripts::test_server::RedisServer;
     use crate::redis::RedisOptions;
     use ::redis::aio::ConnectionManager;
 
