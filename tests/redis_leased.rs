@@ -58,7 +58,7 @@ async fn takeable(limiter: &RedisTokenBucket, key: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leased_fronts_on_one_key_never_exceed_capacity_plus_rate_times_t_plus_the_lifetime() {
     let server = RedisServer::start();
-    let (rate, capacity, lifetime) = (2_000u64, 100u64, Duration::from_millis(50));
+    let (rate, capacity, lifetime) = (1_000u64, 400u64, Duration::from_millis(50));
     let run = Duration::from_millis(1_500);
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut fronts = Vec::new();
@@ -78,15 +78,25 @@ async fn leased_fronts_on_one_key_never_exceed_capacity_plus_rate_times_t_plus_t
         );
     }
     let start = Instant::now();
-    let tasks = fronts.iter().flat_map(|front| {
-        (0..8).map(|_| {
-            let (front, log) = (front.clone(), log.clone());
-            tokio::spawn(async move {
-                while start.elapsed() < run {
-                    front.take(1).await.expect("granted");
-                    log.lock().unwrap().push(Instant::now());
+    // Two fronts busy throughout; two busy only every other 100 ms, so that they go idle
+    // holding leases, which go back.
+    let tasks = fronts
+        .iter()
+        .enumerate()
+        .flat_map(|(index, front)| (0..8u64).map(move |task| (index, task, front.clone())));
+    let tasks = tasks.map(|(index, task, front)| {
+        let log = log.clone();
+        tokio::spawn(async move {
+            while start.elapsed() < run {
+                let phase = start.elapsed().as_millis() / 100;
+                if index >= 2 && phase % 2 == 1 {
+                    let next = start + Duration::from_millis(100 * (phase as u64 + 1) + task);
+                    tokio::time::sleep_until(next.into()).await;
+                    continue;
                 }
-            })
+                front.take(1).await.expect("granted");
+                log.lock().unwrap().push(Instant::now());
+            }
         })
     });
     for task in join_all(tasks.collect::<Vec<_>>()).await {
@@ -108,11 +118,16 @@ async fn leased_fronts_on_one_key_never_exceed_capacity_plus_rate_times_t_plus_t
             );
         }
     }
-    let (calls, granted): (u64, u64) = fronts.iter().fold((0, 0), |(calls, granted), front| {
+    let (calls, granted, given_back) = fronts.iter().fold((0, 0, 0), |sums, front| {
         let stats = front.stats();
-        (calls + stats.redis_calls, granted + stats.granted)
+        (
+            sums.0 + stats.redis_calls,
+            sums.1 + stats.granted,
+            sums.2 + stats.given_back,
+        )
     });
     assert_eq!(granted, grants.len() as u64);
+    assert!(given_back > 0, "the pausing fronts gave nothing back");
     // Leases at work: many grants per call.
     assert!(calls * 5 < granted, "{calls} calls for {granted} grants");
 }

@@ -132,6 +132,14 @@
 //! # }
 //! ```
 //!
+//! # Hot keys
+//!
+//! A key every request shares sends every decision to one Redis core.
+//! [`RedisTokenBucket::leased`] makes a [`LeasedBucket`]: a local front that takes the
+//! bucket's tokens in batches and grants them in process, first in, first out, with at
+//! most `capacity + rate × (t + L)` granted in any interval of length `t` across every
+//! process, `L` being the [lease lifetime](LeaseOptions::with_lifetime).
+//!
 //! # Redis Cluster
 //!
 //! Over a [`ClusterConnection`](driver::cluster_async::ClusterConnection) each decision
