@@ -287,6 +287,7 @@ impl<S: LeaseSource> Front<S> {
             let answer = reply();
             if matches!(answer, Reply::FailedOpen) && !waiter.reply.is_closed() {
                 self.source.count_fail_open();
+                Counters::add(&self.counters.granted, waiter.tokens);
             }
             let _ = waiter.reply.send(answer);
         }

@@ -455,6 +455,8 @@ async fn a_failing_source_fails_closed_or_open_as_the_policy_says() {
             FailurePolicy::FailOpen => {
                 assert!(first.is_ok() && second.is_ok() && third.is_ok());
                 assert_eq!(fake.failed_open.load(Ordering::Relaxed), 3);
+                // Counted as granted: 1 + 2 + 1 tokens.
+                assert_eq!(front.counters.granted.load(Ordering::Relaxed), 4);
             }
         }
     }
