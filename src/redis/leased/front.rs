@@ -149,14 +149,15 @@ impl<S: LeaseSource> Front<S> {
     }
 
     pub(crate) async fn try_take(self: &Arc<Self>, tokens: u64) -> Result<(), RedisLimitError> {
-        match self.begin(tokens, Kind::Try)? {
-            Begun::Granted => Ok(()),
-            Begun::Queued(receiver) => Queued::new(self, receiver).outcome().await,
-        }
+        self.request(tokens, Kind::Try).await
     }
 
     pub(crate) async fn take(self: &Arc<Self>, tokens: u64) -> Result<(), RedisLimitError> {
-        match self.begin(tokens, Kind::Take)? {
+        self.request(tokens, Kind::Take).await
+    }
+
+    async fn request(self: &Arc<Self>, tokens: u64, kind: Kind) -> Result<(), RedisLimitError> {
+        match self.begin(tokens, kind)? {
             Begun::Granted => Ok(()),
             Begun::Queued(receiver) => Queued::new(self, receiver).outcome().await,
         }
