@@ -556,20 +556,24 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let (hash, mut shard) = self.shard_of(key);
-        let visit = match self.visit_or_add(&mut shard, hash, key, visit) {
-            Ok(visited) => return Ok(visited),
-            Err(visit) => visit,
-        };
-        // At the bound: make room, then try once more (another thread may have made room
-        // meanwhile, or added this very key).
-        drop(shard);
-        self.sweep_for_room();
-        let (hash, mut shard) = self.shard_of(key);
-        self.visit_or_add(&mut shard, hash, key, visit)
-            .map_err(|_| TooManyKeys {
-                max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
-            })
+        let mut visit = visit;
+        // Twice at most: at the bound, make room, then try once more (another thread may
+        // have made room meanwhile, or added this very key). One call of `visit` in the
+        // code, so that it is inlined.
+        for attempt in 0..2 {
+            let (hash, mut shard) = self.shard_of(key);
+            visit = match self.visit_or_add(&mut shard, hash, key, visit) {
+                Ok(visited) => return Ok(visited),
+                Err(visit) => visit,
+            };
+            drop(shard);
+            if attempt == 0 {
+                self.sweep_for_room();
+            }
+        }
+        Err(TooManyKeys {
+            max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
+        })
     }
 
     /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
@@ -588,41 +592,46 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     {
         let compact = self.inner.compact.as_ref();
-        // The key first, then the clock: the clock is read while the key's place in the
-        // table (a cache miss among many keys) is still being fetched.
-        let past_horizon = match shard.get_mut(hash, key) {
-            Some(slot) => match compact {
-                None => return Ok(visit(slot, None)),
-                Some(compact) => match At::now(compact, slot.base) {
-                    Some(at) => return Ok(visit(slot, Some(&at))),
-                    None => true,
-                },
-            },
-            None => false,
-        };
-        let at = shard.at(compact);
-        if past_horizon {
+        // At most twice: a key found past its base's horizon, or added, is found again.
+        loop {
+            // The key first, then the clock: the clock is read while the key's place in
+            // the table (a cache miss among many keys) is still being fetched.
             if let Some(slot) = shard.get_mut(hash, key) {
-                return Ok(visit(slot, at.as_ref()));
+                let at = compact.map(|compact| At::now(compact, slot.base));
+                // `Some(None)`: now is past what words counted from the base hold.
+                if at.as_ref().map_or(true, Option::is_some) {
+                    return Ok(visit(slot, at.flatten().as_ref()));
+                }
+                shard.at(compact);
+                continue;
+            }
+            if !self.add(shard, hash, key) {
+                return Err(visit);
             }
         }
-        let at = if shard.len() >= shard.sweep_at {
+    }
+
+    /// Adds `key`, new, to `shard` (sweeping it first if it is due); `false` when there is
+    /// no room for it.
+    #[cold]
+    fn add<Q>(&self, shard: &mut Shard<K, L>, hash: u64, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if shard.len() >= shard.sweep_at {
             self.sweep(shard);
-            // The sweep may have moved the base.
-            shard.at(compact)
-        } else {
-            at
-        };
+        }
         let Some(reservation) = self.reserve_key() else {
-            return Err(visit);
+            return false;
         };
-        let fresh = match &at {
+        let fresh = match shard.at(self.inner.compact.as_ref()) {
             Some(at) => Ok(at.compact.idle_word(at.now)),
             None => Err(Arc::new(self.inner.template.fresh())),
         };
-        let slot = shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
+        shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
         reservation.keep();
-        Ok(visit(slot, at.as_ref()))
+        true
     }
 
     /// Counts one more key, unless that would pass `max_keys`.

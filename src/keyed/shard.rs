@@ -232,20 +232,12 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         key: K,
         fresh: Result<u64, Arc<L>>,
         hasher: &RandomState,
-    ) -> Slot<'_, L> {
+    ) {
         let entry = match fresh {
             Ok(word) => word,
             Err(limiter) => self.wholes.add(limiter),
         };
-        let (_, entry) = self
-            .entries
-            .insert_unique(hash, (key, entry), |(key, _)| hasher.hash_one(key))
-            .into_mut();
-        Slot {
-            entry,
-            wholes: &mut self.wholes,
-            base: self.base,
-        }
+        (self.entries).insert_unique(hash, (key, entry), |(key, _)| hasher.hash_one(key));
     }
 
     /// Forgets the idle keys nobody else holds, folds whole limiters that may be words
