@@ -592,29 +592,35 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     {
         let compact = self.inner.compact.as_ref();
+        // Where words are read, when already known: the clock is read once a call.
+        let mut known: Option<Option<At<'_, L>>> = None;
         // At most twice: a key found past its base's horizon, or added, is found again.
         loop {
             // The key first, then the clock: the clock is read while the key's place in
             // the table (a cache miss among many keys) is still being fetched.
             if let Some(slot) = shard.get_mut(hash, key) {
-                let at = compact.map(|compact| At::now(compact, slot.base));
+                let at = match known.take() {
+                    Some(at) => at.map(Some),
+                    None => compact.map(|compact| At::now(compact, slot.base)),
+                };
                 // `Some(None)`: now is past what words counted from the base hold.
                 if at.as_ref().map_or(true, Option::is_some) {
                     return Ok(visit(slot, at.flatten().as_ref()));
                 }
-                shard.at(compact);
+                known = Some(shard.at(compact));
                 continue;
             }
-            if !self.add(shard, hash, key) {
-                return Err(visit);
+            match self.add(shard, hash, key) {
+                Some(at) => known = Some(at),
+                None => return Err(visit),
             }
         }
     }
 
-    /// Adds `key`, new, to `shard` (sweeping it first if it is due); `false` when there is
-    /// no room for it.
+    /// Adds `key`, new, to `shard` (sweeping it first if it is due), and returns where its
+    /// words are read now; `None` when there is no room for it.
     #[cold]
-    fn add<Q>(&self, shard: &mut Shard<K, L>, hash: u64, key: &Q) -> bool
+    fn add<Q>(&self, shard: &mut Shard<K, L>, hash: u64, key: &Q) -> Option<Option<At<'_, L>>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -622,16 +628,15 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         if shard.len() >= shard.sweep_at {
             self.sweep(shard);
         }
-        let Some(reservation) = self.reserve_key() else {
-            return false;
-        };
-        let fresh = match shard.at(self.inner.compact.as_ref()) {
+        let reservation = self.reserve_key()?;
+        let at = shard.at(self.inner.compact.as_ref());
+        let fresh = match &at {
             Some(at) => Ok(at.compact.idle_word(at.now)),
             None => Err(Arc::new(self.inner.template.fresh())),
         };
         shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
         reservation.keep();
-        true
+        Some(at)
     }
 
     /// Counts one more key, unless that would pass `max_keys`.
