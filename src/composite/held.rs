@@ -1,0 +1,126 @@
+//! Every member's lock held at once, in the global lock order, and what a composite
+//! decides under them: at one instant, from one reading of tokio's clock.
+//!
+//! Locks are always taken in the order of the members' identities, whichever order the
+//! members were given in, so two composites that share members (A+B beside B+A, or
+//! A+B, B+C and C+A) never each hold a lock the other waits for.
+
+use std::time::Duration;
+
+use crate::bucket::HeldBucket;
+use crate::clock::{Clock, Moment, NEVER};
+use crate::composite::few::Few;
+use crate::composite::member::{Indexed, Part, WindowHeld};
+use crate::error::{TryAcquireAllError, TryAcquireError};
+use crate::limiter::try_acquire_error;
+
+/// One member's state, held.
+pub(crate) enum Held<'a> {
+    Bucket(HeldBucket<'a>),
+    Window {
+        held: Box<dyn WindowHeld + 'a>,
+        clock: &'a Clock,
+    },
+}
+
+/// A member held, with its position among those given to `all`.
+pub(crate) struct HeldMember<'a> {
+    pub(crate) member: usize,
+    pub(crate) held: Held<'a>,
+}
+
+/// Locks every member of `parts` (in lock order) and reads the clock once, under all of
+/// them: the instant every member decides at.
+///
+/// `parts` puts buckets first: the clock is read once they are held, and a window
+/// limiter's lock is taken with that reading, so that no member decides before the
+/// instant another saw.
+pub(crate) fn lock_all<'a>(parts: &Few<Indexed<'a>>) -> (Few<HeldMember<'a>>, Moment) {
+    let mut held: Few<HeldMember<'a>> = Few::new();
+    let mut moment = None;
+    for indexed in parts.iter() {
+        let member = indexed.member;
+        match indexed.part {
+            Part::Bucket(bucket) => held.push(HeldMember {
+                member,
+                held: Held::Bucket(bucket.hold_lock()),
+            }),
+            Part::Window(window) => {
+                let moment = *moment.get_or_insert_with(Moment::now);
+                held.push(HeldMember {
+                    member,
+                    held: Held::Window {
+                        held: window.hold(moment),
+                        clock: window.clock(),
+                    },
+                });
+            }
+        }
+    }
+    (held, moment.unwrap_or_else(Moment::now))
+}
+
+/// A composite's `try_acquire`: every member admits `permits` at one instant with nobody
+/// in its line, and each counts them, or none counts anything.
+///
+/// A refusal is counted as denied by each bucket that refused when `count_denials`.
+/// Zero permits are admitted by every open member at once, as each member admits them.
+pub(crate) fn try_all(
+    parts: &Few<Indexed<'_>>,
+    permits: u64,
+    count_denials: bool,
+) -> Result<(), TryAcquireAllError> {
+    let (mut held, moment) = lock_all(parts);
+    let mut refused: Option<(usize, TryAcquireError)> = None;
+    let mut retry_after = Duration::ZERO;
+    let mut limited = false;
+    for member in held.iter_mut() {
+        let verdict = match &mut member.held {
+            Held::Bucket(state) => {
+                let now = state.clock_at(moment);
+                let verdict = state.check_take(permits, now).map_err(try_acquire_error);
+                if verdict.is_err() && count_denials {
+                    state.note_denied();
+                }
+                verdict
+            }
+            // Nothing is taken, so the line is not jumped.
+            Held::Window { .. } if permits == 0 => Ok(()),
+            Held::Window { held, .. } => held.check(permits),
+        };
+        match verdict {
+            Ok(()) => {}
+            Err(TryAcquireError::Limited { retry_after: wait }) => {
+                limited = true;
+                retry_after = retry_after.max(wait);
+            }
+            Err(error) => {
+                // The first member given, of those refusing for good.
+                if refused.map_or(true, |(first, _)| member.member < first) {
+                    refused = Some((member.member, error));
+                }
+            }
+        }
+    }
+    if let Some((member, error)) = refused {
+        return Err(TryAcquireAllError::Member { member, error });
+    }
+    if limited {
+        return Err(TryAcquireAllError::Limited { retry_after });
+    }
+    for member in held.iter_mut() {
+        match &mut member.held {
+            Held::Bucket(state) => state.take_checked(permits),
+            Held::Window { .. } if permits == 0 => {}
+            Held::Window { held, .. } => {
+                held.record(permits);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The instant `at` on `clock` as a tokio instant; `None` for never.
+pub(crate) fn instant_of(clock: &Clock, at: u64) -> Option<tokio::time::Instant> {
+    (at != NEVER).then(|| clock.instant(at)).flatten()
+}
