@@ -1142,11 +1142,11 @@ impl TokenBucket {
             .expect("a live bucket's settings passed validation when it was made")
     }
 
-    /// The state, held for a composite until the guard is dropped.
-    pub(crate) fn hold_lock(&self) -> HeldBucket<'_> {
+    /// The state as of `moment`, held for a composite until the guard is dropped.
+    pub(crate) fn hold_lock(&self, moment: Moment) -> HeldBucket<'_> {
         HeldBucket {
             bucket: self,
-            state: Some(self.shared.lock(self.shared.clock.now())),
+            state: Some(self.shared.lock(self.shared.clock.at(moment))),
         }
     }
 

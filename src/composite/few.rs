@@ -1,8 +1,8 @@
-//! [`Few`]: a composite's members in lock order, inline up to four so that deciding over
+//! [`Few`]: a composite's members in lock order, inline up to three so that deciding over
 //! a tuple of members allocates nothing.
 
 /// Members kept inline before spilling to the heap: tuples of members have at most three.
-const INLINE: usize = 4;
+const INLINE: usize = 3;
 
 /// Up to [`INLINE`] values inline, the rest in a vector, in the order pushed.
 pub(crate) struct Few<T> {
@@ -13,7 +13,7 @@ pub(crate) struct Few<T> {
 impl<T> Few<T> {
     pub(crate) fn new() -> Few<T> {
         Few {
-            inline: [None, None, None, None],
+            inline: [None, None, None],
             heap: Vec::new(),
         }
     }

@@ -29,35 +29,25 @@ pub(crate) struct HeldMember<'a> {
     pub(crate) held: Held<'a>,
 }
 
-/// Locks every member of `parts` (in lock order) and reads the clock once, under all of
-/// them: the instant every member decides at.
-///
-/// `parts` puts buckets first: the clock is read once they are held, and a window
-/// limiter's lock is taken with that reading, so that no member decides before the
-/// instant another saw.
+/// Reads the clock once, then locks every member of `parts` in lock order: every member
+/// decides at that one instant (or, if a member's state is already past it, because a
+/// thread outside the runtime read a later clock, at its own latest instant).
 pub(crate) fn lock_all<'a>(parts: &Few<Indexed<'a>>) -> (Few<HeldMember<'a>>, Moment) {
-    let mut held: Few<HeldMember<'a>> = Few::new();
-    let mut moment = None;
-    for indexed in parts.iter() {
-        let member = indexed.member;
-        match indexed.part {
-            Part::Bucket(bucket) => held.push(HeldMember {
-                member,
-                held: Held::Bucket(bucket.hold_lock()),
-            }),
-            Part::Window(window) => {
-                let moment = *moment.get_or_insert_with(Moment::now);
-                held.push(HeldMember {
-                    member,
-                    held: Held::Window {
-                        held: window.hold(moment),
-                        clock: window.clock(),
-                    },
-                });
-            }
-        }
-    }
-    (held, moment.unwrap_or_else(Moment::now))
+    let moment = Moment::now();
+    let held = parts
+        .iter()
+        .map(|indexed| HeldMember {
+            member: indexed.member,
+            held: match indexed.part {
+                Part::Bucket(bucket) => Held::Bucket(bucket.hold_lock(moment)),
+                Part::Window(window) => Held::Window {
+                    held: window.hold(moment),
+                    clock: window.clock(),
+                },
+            },
+        })
+        .collect();
+    (held, moment)
 }
 
 /// A composite's `try_acquire`: every member admits `permits` at one instant with nobody

@@ -185,9 +185,10 @@ pub trait SealedMembers {
 }
 
 impl Indexed<'_> {
-    /// The global lock order: buckets first, then window limiters, each by identity. A
-    /// window's lock is taken with the composite's one reading of the clock, which comes
-    /// once every bucket is held (see `held.rs`).
+    /// The global lock order: buckets first, then window limiters, each by identity.
+    /// Any total order would do; this one keeps a window limiter's two locks (its
+    /// tally, then its line, which its `try_acquire` takes in that order) after every
+    /// bucket's.
     fn lock_order(&self) -> (bool, usize) {
         (matches!(self.part, Part::Window(_)), self.part.identity())
     }

@@ -20,7 +20,7 @@ use tokio::time::{Instant, Sleep};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::state::{Leaving, Standing};
 use crate::bucket::TokenBucket;
-use crate::clock::{self, NEVER};
+use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{Indexed, Part};
@@ -106,18 +106,19 @@ fn join<'a>(
         Bucket(crate::bucket::HeldBucket<'a>),
         Window(std::sync::MutexGuard<'a, crate::window::turnstile::Line>),
     }
+    let moment = Moment::now();
     let mut locked: Few<Joining<'a>> = Few::new();
     for indexed in parts.iter() {
         locked.push(match indexed.part {
-            Part::Bucket(bucket) => Joining::Bucket(bucket.hold_lock()),
+            Part::Bucket(bucket) => Joining::Bucket(bucket.hold_lock(moment)),
             Part::Window(window) => Joining::Window(window.turnstile().line()),
         });
     }
     let mut refused: Option<(usize, AcquireError)> = None;
     for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
         let verdict = match (indexed.part, joining) {
-            (Part::Bucket(bucket), Joining::Bucket(state)) => {
-                let now = bucket.clock().now();
+            (Part::Bucket(_), Joining::Bucket(state)) => {
+                let now = state.clock_at(moment);
                 state
                     .admit_hold(permits, now)
                     .and_then(|()| state.ensure_refill())
@@ -178,6 +179,8 @@ impl Places<'_> {
     ) -> Poll<Result<(), AcquireAllError>> {
         loop {
             // At the head of every window limiter's line? Each wakes the task when it is.
+            // Until then the buckets are not asked: their holds wake the waker they were
+            // given, and this poll's is registered with them once every line is reached.
             let mut at_heads = true;
             for place in self.places.iter_mut() {
                 if let Place::Window(queued) = place {
