@@ -102,6 +102,58 @@ async fn the_server_wide_bucket_refuses_behind_the_clients_and_refunds_their_per
     assert_eq!(header(headers, "ratelimit-remaining"), Some(8));
 }
 
+/// Eight clients at once, each on its own connection from its own address, through a
+/// server whose budget is smaller than what their own limits allow: the server admits
+/// exactly its budget, and each client's window counts exactly the requests it was
+/// admitted, none of those the server refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_clients_are_counted_once_and_the_server_limit_holds_exactly() {
+    const CLIENT_LIMIT: u64 = 10;
+    const SERVER_BUDGET: u64 = 40;
+    let per_client = SlidingLog::new(CLIENT_LIMIT, Duration::from_secs(3600)).unwrap();
+    // 40 an hour, all there at the start: none comes back while the test runs.
+    let server = TokenBucket::new(Rate::per_hour(SERVER_BUDGET), SERVER_BUDGET).unwrap();
+    let limits = Arc::new(Limits::new(per_client, 100, server).unwrap());
+    let address = start(Arc::clone(&limits)).await;
+    // Seven clients within their limit, one asking for twice its limit: their own limits
+    // allow 7 × 7 + 10 = 59 requests, more than the server's 40.
+    let asks: Vec<(IpAddr, u64)> = (11..=17)
+        .map(|octet| (client(octet), 7))
+        .chain([(client(18), 2 * CLIENT_LIMIT)])
+        .collect();
+    let sent = asks
+        .iter()
+        .map(|&(from, requests)| send_requests(address, from, requests));
+    let answers = futures::future::join_all(sent).await;
+
+    let mut admitted_in_all = 0;
+    for (&(from, asked), answers) in asks.iter().zip(answers) {
+        let answers = answers.unwrap();
+        let count = |wanted: StatusCode| {
+            let answered = answers.iter().filter(|(status, _)| *status == wanted);
+            answered.count() as u64
+        };
+        let admitted = count(StatusCode::OK);
+        assert_eq!(
+            admitted + count(StatusCode::TOO_MANY_REQUESTS),
+            asked,
+            "{from}"
+        );
+        assert!(
+            admitted <= CLIENT_LIMIT,
+            "{from} was admitted {admitted} times"
+        );
+        // Counted once: its window holds what it was admitted and nothing else.
+        assert_eq!(limits.remaining(from), CLIENT_LIMIT - admitted, "{from}");
+        admitted_in_all += admitted;
+    }
+    assert_eq!(admitted_in_all, SERVER_BUDGET);
+    // And the budget is spent: a fresh client is refused by the server.
+    let late = send_requests(address, client(19), 1).await.unwrap();
+    assert_eq!(late[0].0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limits.remaining(client(19)), CLIENT_LIMIT);
+}
+
 #[test]
 fn retry_after_is_whole_seconds_rounded_up() {
     assert_eq!(retry_after_seconds(Duration::ZERO), 0);
