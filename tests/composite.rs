@@ -15,8 +15,8 @@ mod common;
 
 use common::{ms, secs, yield_until};
 use token_bucket::{
-    all, AcquireAllError, AcquireError, ConfigError, FixedWindow, Keyed, Limiter, Rate, SlidingLog,
-    TokenBucket, TryAcquireAllError, TryAcquireError,
+    all, AcquireAllError, AcquireError, ConfigError, FixedWindow, Keyed, Limiter, Member, Rate,
+    SlidingLog, SlidingWindow, TokenBucket, TryAcquireAllError, TryAcquireError,
 };
 use tokio::time::Instant;
 
@@ -31,12 +31,17 @@ fn limited(result: Result<(), TryAcquireAllError>) -> Duration {
     }
 }
 
-/// Spawns `all((a, b)).acquire(permits)`; the task returns its result and when it ended.
-fn spawn_both(
-    a: &TokenBucket,
-    b: &TokenBucket,
+/// Spawns `all((a, b)).acquire(permits)` on clones of `a` and `b`; the task returns its
+/// result and how long after the spawn it ended.
+fn spawn_both<A, B>(
+    a: &A,
+    b: &B,
     permits: u64,
-) -> tokio::task::JoinHandle<(Result<(), AcquireAllError>, Duration)> {
+) -> tokio::task::JoinHandle<(Result<(), AcquireAllError>, Duration)>
+where
+    A: Member + Clone + Send + Sync + 'static,
+    B: Member + Clone + Send + Sync + 'static,
+{
     let (a, b) = (a.clone(), b.clone());
     let start = Instant::now();
     tokio::spawn(async move {
@@ -490,18 +495,12 @@ async fn a_fixed_window_member_admits_in_the_next_window_and_keeps_its_line() {
     let window = FixedWindow::new(2, secs(1)).unwrap();
     window.try_acquire(2).unwrap();
     let start = Instant::now();
-    let composite = {
-        let (bucket, window) = (bucket.clone(), window.clone());
-        tokio::spawn(async move {
-            all((&bucket, &window)).unwrap().acquire(2).await.unwrap();
-            start.elapsed()
-        })
-    };
+    let composite = spawn_both(&bucket, &window, 2);
     yield_until(|| window.queued_permits() == 2).await;
     // Behind the composite: a plain acquire on the window waits for the window after.
     let plain = common::spawn_acquire(&window, 1);
     yield_until(|| window.queued_permits() == 3).await;
-    assert_eq!(composite.await.unwrap(), secs(1));
+    assert_eq!(composite.await.unwrap(), (Ok(()), secs(1)));
     let (result, at) = plain.await.unwrap();
     result.unwrap();
     assert_eq!(at - start, secs(2));
@@ -549,4 +548,28 @@ fn composites_and_lock_free_tries_race_without_breaking_all_or_nothing() {
     assert!(composite > 0, "no composite was admitted");
     assert_eq!(first.available(), LIMIT - composite - plain_first);
     assert_eq!(second.available(), LIMIT - composite - plain_second);
+}
+
+/// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit
+/// holds requests back until the end of the slot a window after its own. Two are
+/// admitted at 0 (slot 0); the third waits until slot 4 ends, at 1.25 s, and a plain
+/// acquire on the wheel behind it waits its turn after.
+#[tokio::test(start_paused = true)]
+async fn a_sliding_window_member_waits_for_its_slot_to_turn() {
+    let bucket = bucket(Rate::per_second(10), 10, 10);
+    let wheel = SlidingWindow::new(2, 4, ms(250)).unwrap();
+    let both = all((&wheel, &bucket)).unwrap();
+    let start = Instant::now();
+    both.try_acquire(2).unwrap();
+    let composite = spawn_both(&wheel, &bucket, 1);
+    yield_until(|| wheel.queued_permits() == 1).await;
+    let plain = common::spawn_acquire(&wheel, 2);
+    yield_until(|| wheel.queued_permits() == 3).await;
+    assert_eq!(composite.await.unwrap(), (Ok(()), ms(1_250)));
+    let (result, at) = plain.await.unwrap();
+    result.unwrap();
+    // The composite's permit, admitted in slot 5, holds back until slot 9 ends: the
+    // plain request's 2 fit only then, at 2.5 s.
+    assert_eq!(at - start, ms(2_500));
+    assert_eq!(bucket.stats().taken, 3);
 }

@@ -27,8 +27,7 @@ use crate::window::turnstile::Turnstile;
 /// of your own (implementing [`Limiter`](crate::Limiter)) cannot be a member: `all(..)`
 /// over it does not compile, rather than deciding without atomicity.
 ///
-/// ```compile_fail
-/// use std::time::Duration;
+/// ```compile_fail,E0277
 /// use token_bucket::{all, AcquireError, Limiter, TryAcquireError};
 ///
 /// struct Mine;
