@@ -151,37 +151,52 @@ async fn a_composite_keeps_its_place_in_every_line() {
     assert_eq!(global.stats().taken, 2);
 }
 
-/// Two composites over the same members in opposite orders, and a cycle of three, all
-/// finish: every composite joins all its lines at once, so they stand in the same order
-/// in every line they share.
+/// Composites over the same members in opposite orders (A+B beside B+A) never deadlock:
+/// each joins both lines at once, so they stand in the same order in both, and the
+/// `k`-th is granted when both buckets (10/s from empty, room to spare) hold `k` tokens.
 #[tokio::test(start_paused = true)]
-async fn overlapping_composites_never_deadlock() {
-    let a = bucket(Rate::per_second(10), 1, 0);
-    let b = bucket(Rate::per_second(10), 1, 0);
-    let c = bucket(Rate::per_second(10), 1, 0);
-    let mut tasks = Vec::new();
-    for round in 0..10 {
-        tasks.push(spawn_both(&a, &b, 1));
-        tasks.push(spawn_both(&b, &a, 1));
-        let (first, second) = [(&a, &b), (&b, &c), (&c, &a)][round % 3];
-        tasks.push(spawn_both(first, second, 1));
+async fn composites_in_opposite_orders_never_deadlock() {
+    let a = bucket(Rate::per_second(10), 100, 0);
+    let b = bucket(Rate::per_second(10), 100, 0);
+    let tasks: Vec<_> = (0..20)
+        .map(|index| match index % 2 {
+            0 => spawn_both(&a, &b, 1),
+            _ => spawn_both(&b, &a, 1),
+        })
+        .collect();
+    for (index, task) in (1..).zip(tasks) {
+        assert_eq!(task.await.unwrap(), (Ok(()), ms(100 * index)), "{index}");
     }
-    let mut finished = Vec::new();
-    for task in tasks {
-        let (result, at) = task.await.unwrap();
-        result.unwrap();
-        finished.push(at);
+    assert_eq!((a.stats().taken, b.stats().taken), (20, 20));
+}
+
+/// A cycle of composites (A+B, B+C, C+A, again and again) never deadlocks either. Each
+/// bucket gains one token per 100 ms and stands in two of each round's three: in round
+/// `r`, A+B is granted at `(2r + 1) × 100 ms`, when A and B hold their `2r + 1`-th;
+/// B+C needs B's next, at `(2r + 2) × 100 ms`, and C+A, behind it in C's line, goes at
+/// the same instant, C and A holding theirs by then.
+#[tokio::test(start_paused = true)]
+async fn a_cycle_of_overlapping_composites_never_deadlocks() {
+    let a = bucket(Rate::per_second(10), 100, 0);
+    let b = bucket(Rate::per_second(10), 100, 0);
+    let c = bucket(Rate::per_second(10), 100, 0);
+    let tasks: Vec<_> = (0..30)
+        .map(|index| match index % 3 {
+            0 => spawn_both(&a, &b, 1),
+            1 => spawn_both(&b, &c, 1),
+            _ => spawn_both(&c, &a, 1),
+        })
+        .collect();
+    for (index, task) in (0u64..).zip(tasks) {
+        let round = index / 3;
+        let due = match index % 3 {
+            0 => ms((2 * round + 1) * 100),
+            _ => ms((2 * round + 2) * 100),
+        };
+        assert_eq!(task.await.unwrap(), (Ok(()), due), "composite {index}");
     }
-    // 30 composites, 27 of them on `a`, 27 on `b`, 6 on `c`: every one counted once,
-    // in each of its two members.
     let taken = [a.stats().taken, b.stats().taken, c.stats().taken];
-    assert_eq!(taken, [27, 27, 6]);
-    // `a` and `b` each grant one per 100 ms from empty: the 27th is due at 2.7 s at the
-    // earliest. A composite at the head of one line while it waits for the other lets
-    // that bucket fill to its capacity of 1 and lose the rest (the cost of holding
-    // lines), so the last finishes later, but it finishes.
-    let last = *finished.iter().max().unwrap();
-    assert!(last >= ms(2_700), "{last:?}");
+    assert_eq!(taken, [20, 20, 20]);
 }
 
 /// Dropping a waiting composite gives back its place in every line and counts nothing;

@@ -25,7 +25,7 @@ use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
 pub(crate) struct Shared {
@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
     /// buckets (a per-key one, say) are never watched and so never pay its allocations.
     close_watch: Mutex<CloseWatch>,
+    /// Orders the bucket among a composite's members.
+    identity: Identity,
     /// Makes the refill task panic, to test what a panic there does.
     #[cfg(all(test, not(loom)))]
     pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
@@ -371,6 +373,7 @@ impl TokenBucket {
                 queue_limit: settings.queue_limit,
                 limits: 1 + settings.more.len(),
                 close_watch: Mutex::new(CloseWatch::Unwatched),
+                identity: Identity::new(),
                 #[cfg(all(test, not(loom)))]
                 panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -1152,7 +1155,7 @@ impl TokenBucket {
 
     /// What orders this bucket among a composite's members, the same for every clone.
     pub(crate) fn identity(&self) -> usize {
-        Arc::as_ptr(&self.shared) as usize
+        self.shared.identity.of(&self.shared)
     }
 
     /// How many limits the bucket has.

@@ -10,7 +10,7 @@ use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
 use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
@@ -147,6 +147,8 @@ struct Shared {
     state: AtomicU64,
     clock: Clock,
     turnstile: Turnstile,
+    /// Orders the limiter among a composite's members.
+    identity: Identity,
 }
 
 impl FixedWindow {
@@ -211,6 +213,7 @@ impl FixedWindow {
                 state: AtomicU64::new(layout.pack(current, 0)),
                 clock,
                 turnstile: Turnstile::default(),
+                identity: Identity::new(),
             }),
         }
     }
@@ -810,7 +813,7 @@ impl WindowHeld for HeldFixed<'_> {
 
 impl Window for FixedWindow {
     fn identity(&self) -> usize {
-        Arc::as_ptr(&self.shared) as usize
+        self.shared.identity.of(&self.shared)
     }
 
     fn limit(&self) -> u64 {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
+use crate::sync::Identity;
 use crate::window::turnstile::Turnstile;
 
 /// The grants of one sliding limiter, behind its lock.
@@ -90,6 +91,8 @@ struct Shared<T: Tally> {
     clock: Clock,
     tally: Mutex<T>,
     turnstile: Turnstile,
+    /// Orders the limiter among a composite's members.
+    identity: Identity,
 }
 
 impl<T: Tally> Clone for Sliding<T> {
@@ -115,6 +118,7 @@ impl<T: Tally> Sliding<T> {
                 clock,
                 tally: Mutex::new(T::new(&settings)),
                 turnstile: Turnstile::default(),
+                identity: Identity::new(),
             }),
         }
     }
@@ -319,7 +323,7 @@ impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
 
 impl<T: Tally> crate::composite::Window for Sliding<T> {
     fn identity(&self) -> usize {
-        Arc::as_ptr(&self.shared) as *const u8 as usize
+        self.shared.identity.of(&self.shared)
     }
 
     fn limit(&self) -> u64 {
