@@ -27,6 +27,16 @@
 //! writes, so it is the costlier one. Every answer is checked; a refusal or an error
 //! stops the bench.
 //!
+//! Last, one hot key (issue 15): 4 processes × 16 tasks on one token bucket key, each task
+//! looping one request for one token, through the plain limiter (`acquire`, which waits
+//! out each refusal) and through a leased front per process (`take`). "Processes" are 4
+//! independent limiters in this binary, each with its own `ConnectionManager` (and its
+//! own front), as separate processes would have. For each: decisions per second, their
+//! share of the bucket's rate, Redis calls (script runs, from `INFO commandstats`) and
+//! Redis's time per decision, and the bound: every grant's instant is logged, and the
+//! table gives the most any interval of length t saw beyond `rate × t`, against the
+//! `capacity` (plain) or `capacity + rate × L` (leased) allowed.
+//!
 //! The client, its runtime (2 workers) and redis-server share the machine's cores, so
 //! the figures are of this machine and load; the ratios within one run are what to
 //! compare.
@@ -71,6 +81,7 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
+    let hot = runtime.block_on(hot_key::measure(&server.url()));
     println!();
     println!("Decisions per second (and share of the floor):");
     println!();
@@ -126,6 +137,7 @@ fn main() {
             together.per_second / separate.per_second
         );
     }
+    hot_key::print(&hot);
 }
 
 /// Each number of tasks with its figures: one limit per request (the floor and each
@@ -298,17 +310,225 @@ fn command_micros(stats: &str, commands: &[&str]) -> f64 {
     commands
         .iter()
         .map(|command| {
-            let line = stats
-                .lines()
-                .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
-                .unwrap_or_else(|| panic!("no {command} in INFO commandstats"));
-            let usec = line
-                .split(',')
-                .find_map(|field| field.strip_prefix("usec="))
-                .expect("a usec field");
-            usec.parse::<f64>().expect("a number of microseconds")
+            command_field(stats, command, "usec")
+                .unwrap_or_else(|| panic!("no {command} in INFO commandstats"))
         })
         .sum()
+}
+
+/// `command`'s `field` (`calls`, `usec`) in `INFO commandstats`, if it ran.
+fn command_field(stats: &str, command: &str, field: &str) -> Option<f64> {
+    let line = stats
+        .lines()
+        .find(|line| line.starts_with(&format!("cmdstat_{command}:")))?;
+    let value = line
+        .split([',', ':'])
+        .find_map(|part| part.strip_prefix(&format!("{field}=")))
+        .unwrap_or_else(|| panic!("no {field} for {command}"));
+    Some(value.parse::<f64>().expect("a number"))
+}
+
+/// One hot key: the plain limiter beside leased fronts.
+mod hot_key {
+    use super::*;
+    use token_bucket::redis::LeaseOptions;
+
+    const PROCESSES: usize = 4;
+    const TASKS: usize = 16;
+    const RATE: u64 = 20_000;
+    const CAPACITY: u64 = 2_000;
+    const KEY: &str = "hot";
+
+    /// One way of limiting the key, measured.
+    pub struct HotKey {
+        name: &'static str,
+        per_second: f64,
+        calls_per_decision: f64,
+        redis_micros: f64,
+        /// The most grants any interval of length t saw, less `RATE × t`.
+        excess: f64,
+        allowed: f64,
+    }
+
+    pub async fn measure(url: &str) -> [HotKey; 2] {
+        let client = Client::open(url).expect("a valid URL");
+        let mut limiters = Vec::new();
+        for _ in 0..PROCESSES {
+            let connection = ConnectionManager::new(client.clone())
+                .await
+                .expect("connect to the bench's redis-server");
+            let options = RedisOptions::new(FailurePolicy::FailClosed)
+                .with_prefix("hot:")
+                .with_timeout(Duration::from_secs(5));
+            limiters.push(
+                RedisTokenBucket::new(connection, Rate::per_second(RATE), CAPACITY, options)
+                    .expect("bucket settings"),
+            );
+        }
+        let admin = ConnectionManager::new(client)
+            .await
+            .expect("connect to the bench's redis-server");
+        let plain = {
+            let limiters = limiters.clone();
+            run("plain `acquire`", &admin, 0.0, move |process| {
+                let limiter = limiters[process].clone();
+                async move { limiter.acquire(KEY, 1).await.expect("granted") }
+            })
+            .await
+        };
+        let lifetime = LeaseOptions::DEFAULT_LIFETIME;
+        let fronts: Vec<_> = limiters
+            .iter()
+            .map(|limiter| {
+                limiter
+                    .leased(KEY, LeaseOptions::new())
+                    .expect("lease settings")
+            })
+            .collect();
+        let leased = {
+            let fronts = fronts.clone();
+            let allowance = RATE as f64 * lifetime.as_secs_f64();
+            run("leased `take`", &admin, allowance, move |process| {
+                let front = fronts[process].clone();
+                async move { front.take(1).await.expect("granted") }
+            })
+            .await
+        };
+        for front in fronts {
+            front.close().await;
+        }
+        [plain, leased]
+    }
+
+    /// Runs `PROCESSES × TASKS` tasks on the key, each looping `call(process)`, through
+    /// the warm-up and the measurement; `allowance` is what the bound allows beyond
+    /// `capacity + rate × t`.
+    async fn run<F, C>(
+        name: &'static str,
+        admin: &ConnectionManager,
+        allowance: f64,
+        call: C,
+    ) -> HotKey
+    where
+        C: Fn(usize) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut admin = admin.clone();
+        driver::cmd("DEL")
+            .arg(format!("hot:tb:{KEY}"))
+            .exec_async(&mut admin)
+            .await
+            .expect("DEL");
+        driver::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .exec_async(&mut admin)
+            .await
+            .expect("CONFIG RESETSTAT");
+        let stop = Arc::new(AtomicBool::new(false));
+        let call = Arc::new(call);
+        let handles: Vec<_> = (0..PROCESSES * TASKS)
+            .map(|task| {
+                let (stop, call) = (stop.clone(), call.clone());
+                tokio::spawn(async move {
+                    let mut grants = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        call(task % PROCESSES).await;
+                        grants.push(Instant::now());
+                    }
+                    grants
+                })
+            })
+            .collect();
+        tokio::time::sleep(WARM_UP).await;
+        let start = Instant::now();
+        tokio::time::sleep(MEASURE).await;
+        let end = Instant::now();
+        stop.store(true, Ordering::Relaxed);
+        let mut grants = Vec::new();
+        for handle in handles {
+            grants.extend(handle.await.expect("a bench task panicked"));
+        }
+        grants.sort();
+        let stats: String = driver::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await
+            .expect("INFO commandstats");
+        let calls = script_field(&stats, "calls");
+        let measured = grants.iter().filter(|at| (start..end).contains(at)).count();
+        let per_second = measured as f64 / (end - start).as_secs_f64();
+        let excess = most_beyond_rate(&grants);
+        let hot = HotKey {
+            name,
+            per_second,
+            calls_per_decision: calls / grants.len() as f64,
+            redis_micros: script_field(&stats, "usec") / grants.len() as f64,
+            excess,
+            allowed: CAPACITY as f64 + allowance,
+        };
+        eprintln!(
+            "{name:>16}: {per_second:>7.0} decisions/s, {:.3} Redis calls each, most beyond rate × t {excess:.0} (allowed {:.0})",
+            hot.calls_per_decision, hot.allowed
+        );
+        hot
+    }
+
+    /// Over every interval between two grants of the sorted `grants`, the most grants
+    /// beyond `RATE × t`: with g(k) = k - RATE × t_k, the interval from i to j holds
+    /// j - i + 1 grants, so it is the largest g(j) - g(i) + 1 for i ≤ j.
+    fn most_beyond_rate(grants: &[Instant]) -> f64 {
+        let Some(first) = grants.first() else {
+            return 0.0;
+        };
+        let mut lowest = f64::INFINITY;
+        let mut most = 0.0f64;
+        for (index, at) in grants.iter().enumerate() {
+            let g = index as f64 - RATE as f64 * (*at - *first).as_secs_f64();
+            lowest = lowest.min(g);
+            most = most.max(g - lowest + 1.0);
+        }
+        most
+    }
+
+    /// `field` (`calls` or `usec`) summed over the script commands (`EVAL` runs a script
+    /// once for each node that did not hold it yet).
+    fn script_field(stats: &str, field: &str) -> f64 {
+        ["evalsha", "eval"]
+            .iter()
+            .filter_map(|command| command_field(stats, command, field))
+            .sum()
+    }
+
+    pub fn print(hot: &[HotKey; 2]) {
+        println!();
+        println!(
+            "One hot key: {PROCESSES} processes × {TASKS} tasks, a bucket of {} a second, capacity {}:",
+            thousands(RATE as f64),
+            thousands(CAPACITY as f64)
+        );
+        println!();
+        println!("| limiter | decisions/s | share of the rate | Redis calls per decision | Redis µs per decision | most beyond rate × t (allowed) |");
+        println!("| --- | --- | --- | --- | --- | --- |");
+        for row in hot {
+            println!(
+                "| {} | {} | {:.3} | {:.4} | {:.3} | {:.0} ({:.0}) |",
+                row.name,
+                thousands(row.per_second),
+                row.per_second / RATE as f64,
+                row.calls_per_decision,
+                row.redis_micros,
+                row.excess,
+                row.allowed
+            );
+        }
+        let [plain, leased] = hot;
+        println!(
+            "| leased / plain | {:.2} | | {:.1}× the decisions per call | {:.1}× less | |",
+            leased.per_second / plain.per_second,
+            plain.calls_per_decision / leased.calls_per_decision,
+            plain.redis_micros / leased.redis_micros
+        );
+    }
 }
 
 /// 12345.6 as "12,346".

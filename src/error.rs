@@ -243,6 +243,22 @@ pub enum ConfigError {
         /// fast to count).
         max_capacity: u64,
     },
+    /// A leased Redis token bucket's lease lifetime is zero (no leased token could ever
+    /// be used) or longer than the longest accepted.
+    BadLeaseLifetime {
+        /// The lifetime asked for.
+        lifetime: Duration,
+        /// The longest lifetime accepted.
+        max: Duration,
+    },
+    /// A leased Redis token bucket's largest lease is zero, or larger than the bucket's
+    /// capacity, which no lease could ever fill.
+    BadMaxLease {
+        /// The largest lease asked for.
+        max_lease: u64,
+        /// The bucket's capacity.
+        capacity: u64,
+    },
     /// [`set_limit_rate`](crate::TokenBucket::set_limit_rate) or
     /// [`set_limit_capacity`](crate::TokenBucket::set_limit_capacity) named a limit the
     /// bucket does not have. Limits are numbered from 0, the one
@@ -318,6 +334,18 @@ impl fmt::Display for ConfigError {
                 f,
                 "a capacity of {capacity} at {rate} is beyond what the Redis token bucket counts \
                  exactly: at this rate the largest capacity is {max_capacity}"
+            ),
+            ConfigError::BadLeaseLifetime { lifetime, max } => write!(
+                f,
+                "a lease lifetime of {lifetime:?}: it must be longer than zero and at most {max:?}"
+            ),
+            ConfigError::BadMaxLease {
+                max_lease,
+                capacity,
+            } => write!(
+                f,
+                "a largest lease of {max_lease} tokens: it must be between 1 and the \
+                 bucket's capacity, {capacity}"
             ),
             ConfigError::NoSuchLimit { limit, limits } => {
                 let plural = if *limits == 1 { "" } else { "s" };

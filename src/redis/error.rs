@@ -78,6 +78,10 @@ pub enum RedisLimitError {
         /// The Redis key both name.
         key: String,
     },
+    /// The [`LeasedBucket`](super::LeasedBucket) was
+    /// [closed](super::LeasedBucket::close): its leases are given back and it takes no
+    /// more. Decided without asking Redis, whatever the failure policy.
+    Closed,
     /// Redis refused a [`RedisAll`](super::RedisAll)'s keys because they are in
     /// different hash slots (`CROSSSLOT`): on Redis Cluster, or behind a proxy that
     /// shards by slot, the keys of one script must share one slot. Give every key the
@@ -118,6 +122,7 @@ impl fmt::Display for RedisLimitError {
                 "two limiters of different settings name the Redis key {key:?} in one \
                  decision; one key holds one limiter's state: give them different prefixes"
             ),
+            RedisLimitError::Closed => f.write_str("the leased bucket is closed"),
             RedisLimitError::CrossSlot { error } => write!(
                 f,
                 "the keys of one decision are in different Redis Cluster hash slots; give \

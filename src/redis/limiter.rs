@@ -79,6 +79,16 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
         &self.shared.algorithm
     }
 
+    /// The connection it decides over.
+    pub(crate) fn connection(&self) -> &C {
+        &self.shared.connection
+    }
+
+    /// Its options, count of decisions not made, and jitter.
+    pub(crate) fn common(&self) -> &Common {
+        &self.shared.common
+    }
+
     /// Takes `permits` for `key` if its limit allows now; never waits for permits. One
     /// round trip to Redis, which decides on its own clock; taking zero permits is
     /// allowed at once, without asking Redis.

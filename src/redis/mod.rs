@@ -132,6 +132,14 @@
 //! # }
 //! ```
 //!
+//! # Hot keys
+//!
+//! A key every request shares sends every decision to one Redis core.
+//! [`RedisTokenBucket::leased`] makes a [`LeasedBucket`]: a local front that takes the
+//! bucket's tokens in batches and grants them in process, first in, first out, with at
+//! most `capacity + rate × (t + L)` granted in any interval of length `t` across every
+//! process, `L` being the [lease lifetime](LeaseOptions::with_lifetime).
+//!
 //! # Redis Cluster
 //!
 //! Over a [`ClusterConnection`](driver::cluster_async::ClusterConnection) each decision
@@ -196,6 +204,7 @@ mod decision;
 mod error;
 mod fixed_window;
 mod jitter;
+mod leased;
 mod limiter;
 mod policy;
 mod scripts;
@@ -208,6 +217,7 @@ pub use self::all::{all, RedisAll, RedisMember};
 pub use self::connection::RedisConnection;
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};
+pub use self::leased::{LeaseOptions, LeaseStats, LeasedBucket};
 pub use self::limiter::RedisLimiter;
 pub use self::policy::{FailurePolicy, RedisOptions};
 pub use self::sliding_log::{RedisSlidingLog, SlidingLogScript};

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
-use ::redis::{Cmd, ErrorKind, RedisResult, Script, ServerErrorKind, ToRedisArgs};
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
 use super::algorithm::sealed::Algorithm;
 use super::{FixedWindowScript, SlidingLogScript, TokenBucketScript};
@@ -46,13 +46,20 @@ struct LuaScript {
     hash: String,
 }
 
-/// A script holding the algorithms `sources`.
+impl LuaScript {
+    /// The prelude, then `sources`, then `last`.
+    fn of<'a>(sources: impl IntoIterator<Item = &'a str>, last: &str) -> LuaScript {
+        let mut text = String::from(PRELUDE);
+        text.extend(sources);
+        text.push_str(last);
+        let hash = Script::new(&text).get_hash().to_owned();
+        LuaScript { text, hash }
+    }
+}
+
+/// A script deciding over keys of the algorithms `sources`.
 fn script_of<'a>(sources: impl IntoIterator<Item = &'a str>) -> LuaScript {
-    let mut text = String::from(PRELUDE);
-    text.extend(sources);
-    text.push_str(DECISION);
-    let hash = Script::new(&text).get_hash().to_owned();
-    LuaScript { text, hash }
+    LuaScript::of(sources, DECISION)
 }
 
 /// For a decision on one key: one script per algorithm, in the order of [`ALGORITHMS`].
@@ -62,6 +69,10 @@ static ONE_KEY: LazyLock<[LuaScript; 3]> =
 /// For a decision on several keys: every algorithm.
 static SEVERAL_KEYS: LazyLock<LuaScript> =
     LazyLock::new(|| script_of(ALGORITHMS.map(|(_, source)| source)));
+
+/// Leases of a token bucket's tokens: taking a batch, giving back what was not used.
+static LEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::of([ALGORITHMS[0].1], include_str!("lua/lease.lua")));
 
 /// The script for a decision on `keys` keys, the first of algorithm `first_tag`.
 fn script_for(keys: usize, first_tag: &str) -> &'static LuaScript {
@@ -125,6 +136,22 @@ impl ScriptCall {
         }
     }
 
+    /// A lease call on the token bucket at `key`: `action` and `numbers` as `lease.lua`
+    /// reads them.
+    pub(crate) fn lease(key: &str, action: &str, numbers: &[u64]) -> ScriptCall {
+        let mut rest = Vec::new();
+        1.write_redis_args(&mut rest);
+        key.write_redis_args(&mut rest);
+        action.write_redis_args(&mut rest);
+        for number in numbers {
+            number.write_redis_args(&mut rest);
+        }
+        ScriptCall {
+            script: &LEASE,
+            rest,
+        }
+    }
+
     /// `EVALSHA` or `EVAL` of the script (its hash or its text).
     fn command(&self, name: &str, script: &str) -> Cmd {
         let mut command = ::redis::cmd(name);
@@ -147,11 +174,27 @@ impl ScriptCall {
     /// can run out of its own retries during a slot migration: under concurrent traffic
     /// on one connection, another request can come between its `ASKING` and the command
     /// it was for, which the target then answers with `MOVED`, back to the source.
-    pub(crate) async fn run<C: ConnectionLike>(self, mut connection: C) -> RedisResult<Decision> {
+    pub(crate) async fn run<C: ConnectionLike>(self, connection: C) -> RedisResult<Decision> {
+        // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
+        let (granted, retry_after_ms): (u64, u64) = self.reply(connection).await?;
+        Ok(if granted == 1 {
+            Decision::Granted
+        } else {
+            Decision::Limited {
+                retry_after: Duration::from_millis(retry_after_ms),
+            }
+        })
+    }
+
+    /// The script's reply, read as `T`, made again as [`run`](Self::run) says.
+    pub(crate) async fn reply<T: FromRedisValue, C: ConnectionLike>(
+        self,
+        mut connection: C,
+    ) -> RedisResult<T> {
         let mut pause = Duration::from_millis(1);
         let mut moved = 0;
         loop {
-            match self.run_once(&mut connection).await {
+            match self.reply_once(&mut connection).await {
                 Err(error) if again(&error, &mut moved) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(LONGEST_PAUSE);
@@ -161,28 +204,23 @@ impl ScriptCall {
         }
     }
 
-    /// One try of [`run`](Self::run).
-    async fn run_once<C: ConnectionLike>(&self, connection: &mut C) -> RedisResult<Decision> {
+    /// One try of [`reply`](Self::reply).
+    async fn reply_once<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        connection: &mut C,
+    ) -> RedisResult<T> {
         let by_hash = self
             .command("EVALSHA", &self.script.hash)
             .query_async(connection)
             .await;
-        // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
-        let (granted, retry_after_ms): (u64, u64) = match by_hash {
+        match by_hash {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.command("EVAL", &self.script.text)
                     .query_async(connection)
-                    .await?
+                    .await
             }
-            reply => reply?,
-        };
-        Ok(if granted == 1 {
-            Decision::Granted
-        } else {
-            Decision::Limited {
-                retry_after: Duration::from_millis(retry_after_ms),
-            }
-        })
+            reply => reply,
+        }
     }
 }
 
@@ -211,11 +249,11 @@ fn again(error: &::redis::RedisError, moved: &mut u32) -> bool {
     }
 }
 
-// The integration tests' throwaway server; these tests only start and stop it.
+// The integration tests' throwaway server; the unit tests only start and stop it.
 #[cfg(test)]
 #[path = "../../tests/common/redis_server.rs"]
 #[allow(dead_code)]
-mod test_server;
+pub(crate) mod test_server;
 
 #[cfg(test)]
 mod tests {

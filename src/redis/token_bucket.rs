@@ -101,6 +101,18 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
+impl TokenBucketScript {
+    /// What `lease.lua` needs of the bucket, after the action: its capacity in parts, the
+    /// parts gained each microsecond, and the parts in a token. All below 2^53.
+    pub(crate) fn lease_arguments(&self) -> [u64; 3] {
+        [
+            self.capacity * self.parts_per_token,
+            self.parts_per_micro,
+            self.parts_per_token,
+        ]
+    }
+}
+
 impl Algorithm for TokenBucketScript {
     const TAG: &'static str = "tb";
 

@@ -54,3 +54,9 @@ local function store_pair(key, first, first_value, second, second_value, expire)
   redis.call('HSET', key, first, integer_text(first_value), second, integer_text(second_value))
   redis.call('PEXPIRE', key, integer_text(millis_ceil(expire)))
 end
+
+-- The largest integer at most numerator / denominator, for non-negative integers below
+-- 2^53: exact for the reason ceil_div is (a whole quotient is computed exactly).
+local function floor_div(numerator, denominator)
+  return math.floor(numerator / denominator)
+end

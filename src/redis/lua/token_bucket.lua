@@ -3,7 +3,10 @@
 -- bucket, so the key may expire once the bucket would be full again.
 --
 -- Arguments: the capacity in parts, the parts gained each microsecond, the parts asked for.
-decide.tb = function(key, now, capacity, gain, asked)
+-- The bucket at `key` as of `now`: the parts it holds and the time they are counted at
+-- (later than now when leases are reserved ahead, or while a server clock that stepped
+-- back catches up).
+local function tb_level(key, now, capacity, gain)
   local parts, time = capacity, now
   local state = redis.call('HMGET', key, 'parts', 'time')
   if state[1] then
@@ -20,13 +23,24 @@ decide.tb = function(key, now, capacity, gain, asked)
       time = now
     end
   end
+  return parts, time
+end
 
-  if parts < asked then
+-- How long the key must live: until the bucket would be full again.
+local function tb_expiry(now, capacity, gain, parts, time)
+  return (time - now) + ceil_div(capacity - parts, gain)
+end
+
+decide.tb = function(key, now, capacity, gain, asked)
+  local parts, time = tb_level(key, now, capacity, gain)
+  -- Parts counted at a later time (leases reserved ahead, or a server clock that stepped
+  -- back) are not there before it.
+  if parts < asked or time > now then
     -- Refusing changes nothing: the refill is the same computed now or later.
-    return (time - now) + ceil_div(asked - parts, gain)
+    return (time - now) + ceil_div(math.max(0, asked - parts), gain)
   end
   parts = parts - asked
-  return nil, parts, time, (time - now) + ceil_div(capacity - parts, gain)
+  return nil, parts, time, tb_expiry(now, capacity, gain, parts, time)
 end
 
 commit.tb = function(key, now, parts, time, expire)

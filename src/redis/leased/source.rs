@@ -1,0 +1,260 @@
+//! Where a leased front's tokens come from: the Redis token bucket, through `lease.lua`
+//! (or, in the unit tests, a bucket in memory on tokio's clock).
+
+use std::future::Future;
+use std::time::Duration;
+
+use ::redis::RedisResult;
+use futures::future::BoxFuture;
+
+use crate::rate::Rate;
+use crate::redis::connection::RedisConnection;
+use crate::redis::scripts::ScriptCall;
+use crate::redis::{FailurePolicy, RedisLimitError, RedisTokenBucket};
+
+/// What a call to take a lease came back with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// `tokens` (at least the fewest asked for) were taken, there from the source's
+    /// instant `began` (which giving them back names), `wait` after the source decided.
+    Granted {
+        tokens: u64,
+        began: u64,
+        wait: Duration,
+    },
+    /// Fewer than the fewest asked for would be there within the time allowed; nothing
+    /// was taken.
+    Refused { retry_after: Duration },
+}
+
+/// A token bucket that lends its tokens in batches.
+pub(crate) trait LeaseSource: Send + Sync + 'static {
+    /// Takes between `fewest` (at least 1) and `most` tokens, as many as the bucket holds
+    /// within `ahead`: a lease may be reserved ahead, its tokens there from when the
+    /// bucket gains them.
+    fn take(
+        &self,
+        fewest: u64,
+        most: u64,
+        ahead: Duration,
+    ) -> BoxFuture<'static, Result<Taken, RedisLimitError>>;
+
+    /// Gives back `tokens` of a lease that began at `began`, less what the bucket gained
+    /// since (see `lease.lua`).
+    fn give_back(&self, tokens: u64, began: u64)
+        -> BoxFuture<'static, Result<(), RedisLimitError>>;
+
+    /// The bucket's capacity.
+    fn capacity(&self) -> u64;
+
+    /// The bucket's rate.
+    fn rate(&self) -> Rate;
+
+    /// What to do when the source cannot answer.
+    fn policy(&self) -> FailurePolicy;
+
+    /// How long to wait after a refusal before asking again: `retry_after`, plus jitter
+    /// where several processes could come back together.
+    fn wait_after_refusal(&self, retry_after: Duration) -> Duration;
+
+    /// Counts a request allowed without a decision, under
+    /// [`FailurePolicy::FailOpen`].
+    fn count_fail_open(&self);
+}
+
+/// The Redis token bucket at one key.
+pub(crate) struct RedisSource<C> {
+    pub(crate) bucket: RedisTokenBucket<C>,
+    /// The whole Redis key.
+    pub(crate) key: String,
+}
+
+impl<C: RedisConnection> RedisSource<C> {
+    /// `lease.lua`'s call for `action` with its numbers.
+    fn call(&self, action: &str, numbers: &[u64]) -> ScriptCall {
+        let [capacity, gain, per_token] = self.bucket.algorithm().lease_arguments();
+        let mut arguments = vec![capacity, gain, per_token];
+        arguments.extend_from_slice(numbers);
+        ScriptCall::lease(&self.key, action, &arguments)
+    }
+}
+
+impl<C: RedisConnection> LeaseSource for RedisSource<C> {
+    fn take(
+        &self,
+        fewest: u64,
+        most: u64,
+        ahead: Duration,
+    ) -> BoxFuture<'static, Result<Taken, RedisLimitError>> {
+        // Whole microseconds, rounded down: never further ahead than allowed.
+        let ahead = u64::try_from(ahead.as_micros()).unwrap_or(u64::MAX);
+        let call = self.call("take", &[fewest, most, ahead]);
+        let connection = self.bucket.connection().clone();
+        let timeout = self.bucket.options().timeout();
+        Box::pin(async move {
+            // {tokens, now, began} when it took, {0, now, retry_after_ms} when it did not.
+            let (tokens, now, last): (u64, u64, u64) =
+                bounded(timeout, call.reply(connection)).await?;
+            Ok(if tokens > 0 {
+                Taken::Granted {
+                    tokens,
+                    began: last,
+                    wait: Duration::from_micros(last.saturating_sub(now)),
+                }
+            } else {
+                Taken::Refused {
+                    retry_after: Duration::from_millis(last),
+                }
+            })
+        })
+    }
+
+    fn give_back(
+        &self,
+        tokens: u64,
+        began: u64,
+    ) -> BoxFuture<'static, Result<(), RedisLimitError>> {
+        let call = self.call("give", &[tokens, began]);
+        let connection = self.bucket.connection().clone();
+        let timeout = self.bucket.options().timeout();
+        Box::pin(async move {
+            let _parts: (u64,) = bounded(timeout, call.reply(connection)).await?;
+            Ok(())
+        })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.bucket.capacity()
+    }
+
+    fn rate(&self) -> Rate {
+        self.bucket.rate()
+    }
+
+    fn policy(&self) -> FailurePolicy {
+        self.bucket.options().policy()
+    }
+
+    fn wait_after_refusal(&self, retry_after: Duration) -> Duration {
+        retry_after + self.bucket.common().jitter.extra_wait(retry_after)
+    }
+
+    fn count_fail_open(&self) {
+        self.bucket
+            .common()
+            .fail_open_decisions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `call`, bounded by `timeout`, its failures as the limiters report them.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = RedisResult<T>>,
+) -> Result<T, RedisLimitError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(error)) => Err(RedisLimitError::Unavailable { error }),
+        Err(_elapsed) => Err(RedisLimitError::Timeout { timeout }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::scripts::test_server::RedisServer;
+    use crate::redis::RedisOptions;
+    use ::redis::aio::ConnectionManager;
+
+    /// A bucket of 10 tokens gaining 10 a second, slow enough that the few milliseconds
+    /// between two calls of a test, even on a loaded machine, gain no token.
+    async fn source(server: &RedisServer) -> RedisSource<ConnectionManager> {
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let connection = ConnectionManager::new(client).await.unwrap();
+        let options = RedisOptions::new(FailurePolicy::FailClosed);
+        let bucket = RedisTokenBucket::new(connection, Rate::per_second(10), 10, options).unwrap();
+        let key = bucket.redis_key("lease");
+        RedisSource { bucket, key }
+    }
+
+    fn granted(taken: Taken) -> (u64, u64, Duration) {
+        match taken {
+            Taken::Granted {
+                tokens,
+                began,
+                wait,
+            } => (tokens, began, wait),
+            refused => panic!("{refused:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_takes_what_is_there_or_reserves_ahead_and_plain_requests_wait_for_it() {
+        let server = RedisServer::start();
+        let source = source(&server).await;
+        let (tokens, _, wait) = granted(source.take(1, 25, Duration::ZERO).await.unwrap());
+        // A full bucket: its 10, at once.
+        assert_eq!((tokens, wait), (10, Duration::ZERO));
+        // Empty: 5 take 500 ms to come, which is past an `ahead` of 1 ms.
+        let refused = source.take(5, 5, Duration::from_millis(1)).await.unwrap();
+        assert!(
+            matches!(refused, Taken::Refused { retry_after } if retry_after > Duration::from_millis(400)),
+            "{refused:?}"
+        );
+        // Within a second: reserved, there in at most 500 ms.
+        let (tokens, _, wait) = granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
+        assert_eq!(tokens, 5);
+        assert!(
+            wait > Duration::from_millis(400) && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+        // A plain request waits for the reservation to begin, then for its own token.
+        let refused = source.bucket.try_acquire("lease", 1).await.unwrap_err();
+        assert!(
+            matches!(refused, RedisLimitError::Limited { retry_after } if retry_after > Duration::from_millis(400)),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn giving_back_takes_off_the_gain_since_the_lease_began_and_never_passes_capacity() {
+        let server = RedisServer::start();
+        let source = source(&server).await;
+        let [_, _, per_token] = source.bucket.algorithm().lease_arguments();
+        let parts = |source: &RedisSource<ConnectionManager>| {
+            let mut connection = source.bucket.connection().clone();
+            let key = source.key.clone();
+            async move {
+                let parts: Option<u64> = ::redis::cmd("HGET")
+                    .arg(key)
+                    .arg("parts")
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                parts
+            }
+        };
+        let (_, began, _) = granted(source.take(10, 10, Duration::ZERO).await.unwrap());
+        // Given back as if the lease began two seconds earlier: the bucket gained 20
+        // tokens since, more than the 10, so nothing goes back.
+        source.give_back(10, began - 2_000_000).await.unwrap();
+        let held = parts(&source).await.unwrap();
+        assert!(held < per_token * 10, "{held}");
+        // Given back at once: the 10 less the few gained since, never past the capacity.
+        source.give_back(10, began).await.unwrap();
+        // Full again: the key is gone (a missing key is a full bucket).
+        assert_eq!(parts(&source).await, None);
+        // A lease reserved ahead and given back before it begins goes back whole.
+        source.take(10, 10, Duration::ZERO).await.unwrap();
+        let (tokens, began, wait) =
+            granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
+        assert!(wait > Duration::ZERO);
+        source.give_back(tokens, began).await.unwrap();
+        let held = parts(&source).await.unwrap();
+        assert_eq!(
+            held,
+            5 * per_token,
+            "5 tokens, counted at the instant the lease began"
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! Leased fronts (`RedisTokenBucket::leased`) against a real `redis-server`, started by
+//! each test on a free loopback port (see `common/redis_server.rs`).
+//!
+//! Redis decides on its own clock, so these tests run on real time, as `redis.rs` does.
+//! The front's own logic (order, lifetimes, lease sizes, giving back) is tested at exact
+//! instants on tokio's paused clock in `src/redis/leased/tests.rs`.
+#![cfg(feature = "redis")]
+
+#[path = "common/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use redis_server::RedisServer;
+use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
+use token_bucket::redis::driver::Client;
+use token_bucket::redis::{
+    FailurePolicy, LeaseOptions, RedisLimitError, RedisOptions, RedisTokenBucket,
+};
+use token_bucket::{ConfigError, Rate};
+
+async fn connect(server: &RedisServer) -> ConnectionManager {
+    let client = Client::open(server.url()).expect("a valid URL");
+    ConnectionManager::new(client)
+        .await
+        .expect("connect to the test's redis-server")
+}
+
+fn lazy_manager(url: &str, config: ConnectionManagerConfig) -> ConnectionManager {
+    let client = Client::open(url).expect("a valid URL");
+    ConnectionManager::new_lazy_with_config(client, config).expect("a lazy manager")
+}
+
+fn fail_closed() -> RedisOptions {
+    RedisOptions::new(FailurePolicy::FailClosed).with_timeout(Duration::from_secs(2))
+}
+
+/// A bucket that gains one token an hour: nothing accrues during a test.
+fn hourly(connection: ConnectionManager, capacity: u64) -> RedisTokenBucket {
+    RedisTokenBucket::new(connection, Rate::per_hour(1), capacity, fail_closed()).unwrap()
+}
+
+/// The largest number of tokens of `limiter`'s bucket at `key` that can be taken at once
+/// (the whole tokens it holds), found by taking them.
+async fn takeable(limiter: &RedisTokenBucket, key: &str) -> u64 {
+    let mut taken = 0;
+    for size in [64, 32, 16, 8, 4, 2, 1] {
+        while limiter.try_acquire(key, size).await.is_ok() {
+            taken += size;
+        }
+    }
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_fronts_on_one_key_never_exceed_capacity_plus_rate_times_t_plus_the_lifetime() {
+    let server = RedisServer::start();
+    let (rate, capacity, lifetime) = (1_000u64, 400u64, Duration::from_millis(50));
+    let run = Duration::from_millis(1_500);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut fronts = Vec::new();
+    // Four processes' fronts, each over its own connection, eight tasks each.
+    for _ in 0..4 {
+        let limiter = RedisTokenBucket::new(
+            connect(&server).await,
+            Rate::per_second(rate),
+            capacity,
+            fail_closed(),
+        )
+        .unwrap();
+        fronts.push(
+            limiter
+                .leased("hot", LeaseOptions::new().with_lifetime(lifetime))
+                .unwrap(),
+        );
+    }
+    let start = Instant::now();
+    // Two fronts busy throughout; two busy only every other 100 ms, so that they go idle
+    // holding leases, which go back.
+    let tasks = fronts
+        .iter()
+        .enumerate()
+        .flat_map(|(index, front)| (0..8u64).map(move |task| (index, task, front.clone())));
+    let tasks = tasks.map(|(index, task, front)| {
+        let log = log.clone();
+        tokio::spawn(async move {
+            while start.elapsed() < run {
+                let phase = start.elapsed().as_millis() / 100;
+                if index >= 2 && phase % 2 == 1 {
+                    let next = start + Duration::from_millis(100 * (phase as u64 + 1) + task);
+                    tokio::time::sleep_until(next.into()).await;
+                    continue;
+                }
+                front.take(1).await.expect("granted");
+                log.lock().unwrap().push(Instant::now());
+            }
+        })
+    });
+    for task in join_all(tasks.collect::<Vec<_>>()).await {
+        task.unwrap();
+    }
+    let mut grants = log.lock().unwrap().clone();
+    grants.sort();
+    // Each instant is read just after its grant, a little later; the slack covers that.
+    let slack = Duration::from_millis(10);
+    for (first, from) in grants.iter().enumerate() {
+        for (last, to) in grants.iter().enumerate().skip(first) {
+            let window = (*to - *from + lifetime + slack).as_secs_f64();
+            let bound = capacity as f64 + rate as f64 * window;
+            let count = (last - first + 1) as f64;
+            assert!(
+                count <= bound,
+                "{count} grants in {:?}, above the bound {bound}",
+                *to - *from
+            );
+        }
+    }
+    let (calls, granted, given_back) = fronts.iter().fold((0, 0, 0), |sums, front| {
+        let stats = front.stats();
+        (
+            sums.0 + stats.redis_calls,
+            sums.1 + stats.granted,
+            sums.2 + stats.given_back,
+        )
+    });
+    assert_eq!(granted, grants.len() as u64);
+    assert!(given_back > 0, "the pausing fronts gave nothing back");
+    // Leases at work: many grants per call.
+    assert!(calls * 5 < granted, "{calls} calls for {granted} grants");
+}
+
+#[tokio::test]
+async fn a_leased_front_and_a_plain_limiter_share_one_bucket() {
+    let server = RedisServer::start();
+    let limiter = hourly(connect(&server).await, 100);
+    let front = limiter
+        .leased("shared", LeaseOptions::new().with_max_lease(40))
+        .unwrap();
+    // A request the front does not hold is a lease of just what it lacks.
+    front.take(30).await.unwrap();
+    assert_eq!(front.stats().leased, 30);
+    assert_eq!(takeable(&limiter, "shared").await, 70);
+    assert!(matches!(
+        front.try_take(1).await,
+        Err(RedisLimitError::Limited { .. })
+    ));
+}
+
+/// A front holding 9 unused tokens of the 20 it took from a bucket of 100 gaining one an
+/// hour, and the limiter it leases from.
+async fn front_holding_nine(
+    server: &RedisServer,
+) -> (RedisTokenBucket, token_bucket::redis::LeasedBucket) {
+    let limiter = hourly(connect(server).await, 100);
+    let front = limiter
+        .leased(
+            "hot",
+            LeaseOptions::new().with_lifetime(Duration::from_secs(60)),
+        )
+        .unwrap();
+    // Ten at once: a lease of 10. Then one: a lease of the ten granted over the lifetime.
+    for result in join_all((0..10).map(|_| front.take(1))).await {
+        result.unwrap();
+    }
+    front.take(1).await.unwrap();
+    let stats = front.stats();
+    assert_eq!((stats.leased, stats.granted, stats.held), (20, 11, 9));
+    (limiter, front)
+}
+
+#[tokio::test]
+async fn close_gives_the_unused_tokens_back_to_redis() {
+    let server = RedisServer::start();
+    let (limiter, front) = front_holding_nine(&server).await;
+    front.close().await;
+    assert_eq!(front.stats().given_back, 9);
+    assert!(matches!(front.take(1).await, Err(RedisLimitError::Closed)));
+    // 80 left, and the 9 back (less what the bucket gained meanwhile, under a token).
+    assert_eq!(takeable(&limiter, "hot").await, 89);
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_gives_the_unused_tokens_back_too() {
+    let server = RedisServer::start();
+    let (limiter, front) = front_holding_nine(&server).await;
+    let clone = front.clone();
+    drop(front);
+    // A clone keeps it open.
+    clone.take(1).await.unwrap();
+    drop(clone);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while limiter.try_acquire("hot", 88).await.is_err() {
+        assert!(Instant::now() < deadline, "the lease never came back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(takeable(&limiter, "hot").await, 0);
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_the_front_closed_or_open_as_its_policy_says() {
+    let url = RedisServer::start().url();
+    let config = ConnectionManagerConfig::new().set_number_of_retries(0);
+    let rate = Rate::per_second(100);
+    let closed = RedisTokenBucket::new(lazy_manager(&url, config.clone()), rate, 10, fail_closed())
+        .unwrap()
+        .leased("hot", LeaseOptions::new())
+        .unwrap();
+    let error = closed.take(1).await.unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::Unavailable { .. }),
+        "{error:?}"
+    );
+    let error = closed.try_take(1).await.unwrap_err();
+    assert!(
+        matches!(error, RedisLimitError::Unavailable { .. }),
+        "{error:?}"
+    );
+
+    let open_options = RedisOptions::new(FailurePolicy::FailOpen);
+    let limiter =
+        RedisTokenBucket::new(lazy_manager(&url, config), rate, 10, open_options).unwrap();
+    let open = limiter.leased("hot", LeaseOptions::new()).unwrap();
+    open.take(1).await.unwrap();
+    open.try_take(1).await.unwrap();
+    assert_eq!(limiter.fail_open_count(), 2);
+}
+
+#[tokio::test]
+async fn bad_lease_settings_and_requests_are_refused_naming_the_values() {
+    let connection = lazy_manager("redis://127.0.0.1:1/", ConnectionManagerConfig::new());
+    let limiter =
+        RedisTokenBucket::new(connection, Rate::per_second(100), 100, fail_closed()).unwrap();
+    let max = LeaseOptions::MAX_LIFETIME;
+    for lifetime in [Duration::ZERO, max + Duration::from_nanos(1)] {
+        let error = limiter
+            .leased("hot", LeaseOptions::new().with_lifetime(lifetime))
+            .unwrap_err();
+        assert_eq!(error, ConfigError::BadLeaseLifetime { lifetime, max });
+    }
+    assert_eq!(
+        limiter
+            .leased("hot", LeaseOptions::new().with_lifetime(Duration::ZERO))
+            .unwrap_err()
+            .to_string(),
+        "a lease lifetime of 0ns: it must be longer than zero and at most 3600s"
+    );
+    for max_lease in [0, 101] {
+        let error = limiter
+            .leased("hot", LeaseOptions::new().with_max_lease(max_lease))
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::BadMaxLease {
+                max_lease,
+                capacity: 100
+            }
+        );
+    }
+    assert_eq!(
+        ConfigError::BadMaxLease {
+            max_lease: 101,
+            capacity: 100
+        }
+        .to_string(),
+        "a largest lease of 101 tokens: it must be between 1 and the bucket's capacity, 100"
+    );
+    // The largest lease may be the whole capacity; a tiny bucket's default is 1.
+    assert!(limiter
+        .leased("hot", LeaseOptions::new().with_max_lease(100))
+        .is_ok());
+    let front = limiter.leased("hot", LeaseOptions::new()).unwrap();
+    assert_eq!(front.max_lease(), 25);
+
+    // Requests that could never be granted are refused without asking Redis.
+    for result in [front.take(101).await, front.try_take(101).await] {
+        assert!(
+            matches!(
+                result,
+                Err(RedisLimitError::ExceedsLimit {
+                    requested: 101,
+                    limit: 100
+                })
+            ),
+            "{result:?}"
+        );
+    }
+    front.take(0).await.unwrap();
+    front.close().await;
+    let error = front.try_take(1).await.unwrap_err();
+    assert_eq!(error.to_string(), "the leased bucket is closed");
+}
