@@ -113,7 +113,7 @@ impl<L: Limiter> Compact<L> {
     pub(crate) fn unfold(&self, word: u64, now: u64, base: u64) -> L {
         let unfolded = match &self.form {
             Form::Bucket(bucket) => as_limiter(bucket.unfold(word, now, base)),
-            Form::Window(window) => as_limiter(window.with_word(word, now)),
+            Form::Window(window) => as_limiter(window.with_word(word)),
         };
         unfolded.expect("a form is made only for its own limiter type")
     }
@@ -124,7 +124,7 @@ impl<L: Limiter> Compact<L> {
         let limiter: &dyn Any = limiter;
         match &self.form {
             Form::Bucket(bucket) => bucket.fold(limiter.downcast_ref()?, now, base),
-            Form::Window(window) => window.word_of(limiter.downcast_ref()?, now),
+            Form::Window(window) => window.word_of(limiter.downcast_ref()?),
         }
     }
 }

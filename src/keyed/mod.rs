@@ -112,10 +112,8 @@ const QUIET_FACTOR: u64 = 9;
 /// `period / gcd(amount, period)` of the rate: with one token an hour, up to 640,000
 /// tokens; with any rate per second, up to 2.3 × 10<sup>9</sup>) and which gains at most
 /// 4.6 × 10<sup>9</sup> units a nanosecond (so that the instant its words count from moves
-/// at most once a second; moving it rewrites each word of a shard); and any `FixedWindow`
-/// (whose compact word keeps one bit fewer of the window's number than the limiter does,
-/// so the idle time it reads exactly, in
-/// [its documentation](crate::FixedWindow#after-a-long-idle-time), is halved). Any other
+/// at most once a second; moving it rewrites each word of a shard); and any
+/// `FixedWindow`. Any other
 /// limiter, a user's own included, is held whole: in an `Arc`, with its own allocations.
 /// A [`SlidingLog`](crate::SlidingLog) must remember each grant still counted, so it has
 /// no one-word form: its log grows only as grants come (8 bytes each, at most `8 × limit`),
@@ -463,6 +461,45 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
             limiter.acquire(permits).await
         }
+    }
+
+    /// The limiter of `key`, made from the template if the key is new, as
+    /// [`acquire`](Keyed::acquire) finds it: for a request that takes from this key and
+    /// from other limiters in one decision (see [`all`](crate::all)). The key is not
+    /// forgotten while the returned `Arc` lives, nor while a composite waits in its
+    /// limiter's line.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::TooManyKeys`] when `key` is new,
+    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, and no room could be made (see
+    /// [the memory bound](Keyed#the-memory-bound)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use token_bucket::{all, Keyed, Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_ip: Keyed<IpAddr, TokenBucket> =
+    ///     Keyed::new(TokenBucket::new(Rate::per_second(5), 5)?);
+    /// let global = TokenBucket::new(Rate::per_second(500), 500)?;
+    /// let client: IpAddr = "192.0.2.1".parse()?;
+    /// all((per_ip.limiter(&client)?, &global))?.acquire(1).await?;
+    /// assert_eq!(per_ip.get(&client).map(|bucket| bucket.available()), Some(4));
+    /// assert_eq!(global.available(), 499);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limiter<Q>(&self, key: &Q) -> Result<Arc<L>, TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.with_slot(key, |mut slot, at| slot.whole(at))
+            .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was

@@ -4,7 +4,8 @@
 //!
 //! An entry is one `u64` beside its key, so that a key of 8 bytes takes 16 in the table,
 //! as in governor's: a compact word never has its top bit set (a bucket's counts below
-//! 2<sup>63</sup> units, a window's keeps its top bit spare), and an entry with it set
+//! 2<sup>63</sup> units; a window's top bit marks a composite deciding, which no word
+//! knows), and an entry with it set
 //! is the index of a whole limiter in the shard's [`Wholes`].
 
 use std::borrow::Borrow;
