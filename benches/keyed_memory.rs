@@ -20,8 +20,12 @@
 //! # The cases
 //!
 //! - `token-bucket`, `fixed-window`, `sliding-log`, `governor`: each holds 1,000,000 keys,
-//!   each used once. Our buckets gain one token an hour and our windows last an hour, so
-//!   none is idle and every key is held.
+//!   each used once. Our buckets (100,000 tokens, one more an hour) and fixed windows fit
+//!   one word, so each key is held compact (see `Keyed`'s docs, "What a key costs"); a
+//!   sliding log has no compact form. Buckets gain one token an hour and windows last an
+//!   hour, so none is idle and every key is held.
+//! - `token-bucket, past one word`: the same with buckets of `u32::MAX` tokens at one an
+//!   hour, worth more units than a word holds: each key is held as a whole bucket.
 //! - `token-bucket, one bucket`: what one `TokenBucket` costs alone (the average of 10,000
 //!   made with `Limiter::fresh`), to see what a key's share is made of.
 //! - `token-bucket, idle after 1 ms`, `governor, idle after 1 ms`: 1,000,000 keys, each used
@@ -86,8 +90,9 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const KEYS: u64 = 1_000_000;
 const CASE_VARIABLE: &str = "KEYED_MEMORY_CASE";
-const CASES: [&str; 7] = [
+const CASES: [&str; 8] = [
     "token-bucket",
+    "token-bucket, past one word",
     "fixed-window",
     "sliding-log",
     "governor",
@@ -135,7 +140,13 @@ fn report_left(case: &str, what: &str, before: Usage, keys: usize) {
     );
 }
 
+/// 100,000 tokens, one more an hour: never idle within a run, and held compact.
 fn busy_bucket() -> TokenBucket {
+    TokenBucket::new(Rate::per_hour(1), 100_000).expect("a valid configuration")
+}
+
+/// `u32::MAX` tokens at one an hour: 1.5 × 10^22 units full, past what one word holds.
+fn wide_bucket() -> TokenBucket {
     TokenBucket::new(Rate::per_hour(1), u64::from(u32::MAX)).expect("a valid configuration")
 }
 
@@ -158,6 +169,7 @@ fn hold_a_million_keys<L: Limiter>(case: &str, template: L) {
 fn run(case: &str) {
     match case {
         "token-bucket" => hold_a_million_keys(case, busy_bucket()),
+        "token-bucket, past one word" => hold_a_million_keys(case, wide_bucket()),
         // Windows of an hour, so that no key is idle while they are counted.
         "fixed-window" => hold_a_million_keys(
             case,

@@ -102,8 +102,12 @@ use governor::prelude::StreamRateLimitExt;
 use governor::{DefaultDirectRateLimiter, Quota};
 use token_bucket::{all, Rate, TokenBucket};
 
+#[path = "support/figures.rs"]
+mod figures;
 #[path = "support/governor_on_tokio.rs"]
 mod governor_on_tokio;
+
+use figures::{criterion_home, nanoseconds, ns, ratio};
 
 /// The name of governor's column on tokio's clock.
 const GOVERNOR_TOKIO: &str = "governor-tokio-clock";
@@ -483,51 +487,6 @@ const GROUPS: [(&str, u64); 4] = [
 const COLUMNS: [&str; 4] = ["token-bucket", "governor", GOVERNOR_TOKIO, "leaky-bucket"];
 const FLOORS: [&str; 2] = ["tokio-clock-read", "unthrottled"];
 
-/// Where criterion keeps its figures: as criterion itself finds it, `$CRITERION_HOME`, or
-/// `criterion` in the target directory (`$CARGO_TARGET_DIR`, or the one this benchmark
-/// was built in: `<target>/release/deps/micro-<hash>`).
-fn criterion_home() -> Option<std::path::PathBuf> {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return Some(home.into());
-    }
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(target) => std::path::PathBuf::from(target),
-        None => std::env::current_exe().ok()?.ancestors().nth(3)?.to_owned(),
-    };
-    Some(target.join("criterion"))
-}
-
-/// Nanoseconds per operation of one benchmark, if this run measured it: the estimate
-/// criterion prints as `time` (the slope, or the mean where there is no slope), from its
-/// `estimates.json`, over `per_iteration` operations. A file older than `since` is an
-/// earlier run's (a filtered run leaves the others' in place), so it is passed over.
-fn nanoseconds(
-    home: &std::path::Path,
-    group: &str,
-    bench: &str,
-    per_iteration: u64,
-    since: std::time::SystemTime,
-) -> Option<f64> {
-    let path = home
-        .join(group.replace('/', "_"))
-        .join(bench)
-        .join("new")
-        .join("estimates.json");
-    let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
-    if modified < since {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
-    let estimate = |name: &str| -> Option<f64> {
-        let rest = &text[text.find(&format!("\"{name}\":{{"))?..];
-        let rest = &rest[rest.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
-        let end = rest.find([',', '}'])?;
-        rest[..end].trim().parse().ok()
-    };
-    let per_iteration_ns = estimate("slope").or_else(|| estimate("mean"))?;
-    Some(per_iteration_ns / per_iteration as f64)
-}
-
 /// The `several_limits` table: one limit beside two, if this run measured them.
 fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     let figure = |bench: &str| nanoseconds(home, "several_limits", bench, 1, since);
@@ -599,11 +558,6 @@ fn print_summary(since: std::time::SystemTime) {
     if rows.is_empty() {
         return;
     }
-    let ns = |value: Option<f64>| value.map_or("—".to_owned(), |ns| format!("{ns:.1}"));
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "—".to_owned(),
-    };
     println!();
     println!("Nanoseconds per operation (per item for stream_throttle), this run:");
     println!();

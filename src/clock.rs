@@ -10,8 +10,8 @@ use tokio::time::Instant;
 pub(crate) const NEVER: u64 = u64::MAX;
 
 /// The bucket's time origin. Cloned, it keeps the origin: a window limiter's `fresh`
-/// copy keeps its window boundaries.
-#[derive(Debug, Clone)]
+/// copy keeps its window boundaries. Equal clocks share their origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Clock {
     origin: Instant,
 }

@@ -571,6 +571,45 @@ fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_fo
     });
 }
 
+/// `Keyed`'s fold between a key's word and its whole bucket: one thread takes a token
+/// through the whole bucket `get` unfolded the key into (on the bucket's fast path), while
+/// another's `try_acquire` may fold the key back into its word as soon as that handle is
+/// gone, and then sweeps. Each of the two tokens is granted once, whichever form each
+/// request met, and the busy key is never forgotten.
+#[test]
+fn loom_a_fold_racing_a_fast_taker_grants_each_token_once() {
+    model(|| {
+        let keyed: crate::Keyed<u8, TokenBucket> = crate::Keyed::builder(bucket(2, 2))
+            .shards(1)
+            .build()
+            .unwrap();
+        keyed.try_acquire(&0, 0).unwrap();
+        let taker = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                let whole = keyed.get(&0).expect("the key is held");
+                let taken = whole.try_take(1).is_ok();
+                drop(whole);
+                taken
+            })
+        };
+        let folder_took = keyed.try_acquire(&0, 1).is_ok();
+        keyed.retain_recent();
+        let taker_took = taker.join().unwrap();
+        assert!(
+            folder_took && taker_took,
+            "two tokens were there for the two"
+        );
+        assert_eq!(
+            keyed.try_acquire(&0, 1),
+            Err(crate::TryAcquireError::Limited {
+                retry_after: Duration::from_secs(1)
+            })
+        );
+        assert_eq!(keyed.len(), 1);
+    });
+}
+
 // ----- Composites: the lock order ------------------------------------------------------
 
 /// Two composites over the same two buckets in opposite orders (A+B beside B+A) race a

@@ -65,12 +65,32 @@ impl Clock for TokioClock {
 
 impl ReasonablyRealtime for TokioClock {}
 
-/// governor's direct (unkeyed) limiter on tokio's clock.
+/// governor's direct (unkeyed) limiter on tokio's clock. Not every benchmark that
+/// includes this file uses it.
+#[allow(dead_code)]
 pub type TokioGovernor =
     governor::RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<TokioInstant>>;
 
 /// A limiter for `quota` on tokio's clock; like governor's `RateLimiter::direct`, it starts
 /// full.
+#[allow(dead_code)]
 pub fn direct(quota: Quota) -> TokioGovernor {
     governor::RateLimiter::direct_with_clock(quota, TokioClock)
+}
+
+/// governor's keyed limiter (a `DashMap` of GCRA words, as `DefaultKeyedRateLimiter`) on
+/// tokio's clock. Not every benchmark that includes this file uses it.
+#[allow(dead_code)]
+pub type TokioKeyedGovernor<K> = governor::RateLimiter<
+    K,
+    governor::state::keyed::DashMapStateStore<K>,
+    TokioClock,
+    NoOpMiddleware<TokioInstant>,
+>;
+
+/// A keyed limiter for `quota` on tokio's clock; like governor's `RateLimiter::keyed`,
+/// every key starts full.
+#[allow(dead_code)]
+pub fn keyed<K: std::hash::Hash + Eq + Clone>(quota: Quota) -> TokioKeyedGovernor<K> {
+    governor::RateLimiter::dashmap_with_clock(quota, TokioClock)
 }

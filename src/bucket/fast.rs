@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use crate::bucket::counters::Counters;
 use crate::bucket::ledger::Ledger;
+use crate::bucket::units::{Units, REBASE_AT_WORD as REBASE_AT, WORD};
 use crate::error::TryTakeError;
 use crate::rate::Rate;
 use crate::sync::AtomicU64;
@@ -59,139 +60,6 @@ const EPOCH_SHIFT: u32 = 55;
 const EPOCH_MASK: u64 = 0xFF << EPOCH_SHIFT;
 /// `empty_at`, in units since the base minus a capacity's worth (so never negative).
 const FIELD_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
-/// Units since the base stay below this, so that a grant's end (now plus at most a
-/// capacity's worth) stays below the field's top.
-const HORIZON: u64 = 1 << 54;
-/// A base is moved once units since it pass this, leaving half the horizon to go.
-const REBASE_AT: u64 = HORIZON / 2;
-/// The most a full bucket may be worth, in units, for the word to hold it.
-const MAX_CAPACITY_UNITS: u64 = HORIZON / 4;
-/// A base must last at least this many nanoseconds (a millisecond) before it has to
-/// move, or the fast path would spend its time moving it.
-const MIN_BASE_LIFETIME: u64 = 1_000_000;
-
-/// The units a bucket's word counts in, and the instant they count from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Units {
-    per_nanosecond: u64,
-    per_token: u64,
-    capacity: u64,
-    /// The nanosecond (on the bucket's clock) units are counted from.
-    base: u64,
-}
-
-impl Units {
-    /// The units for `rate` and `capacity` that hold `fraction` (parts of a token in the
-    /// rate's own period) exactly, or `None` when the word cannot hold them.
-    ///
-    /// The divisor divides the fraction too: a rate change can leave a fraction that
-    /// the rate's own divisor does not divide, and every later change of it (whole tokens,
-    /// and `amount` parts a nanosecond) keeps that remainder until the bucket is full.
-    fn new(rate: Rate, capacity: u64, base: u64, fraction: u128) -> Option<Units> {
-        let period = u64::try_from(rate.period_nanos()).ok()?;
-        let fraction = u64::try_from(fraction).ok()?;
-        let divisor = gcd(gcd(rate.amount(), period), fraction);
-        let units = Units {
-            per_nanosecond: rate.amount() / divisor,
-            per_token: period / divisor,
-            capacity,
-            base,
-        };
-        let full = capacity.checked_mul(units.per_token)?;
-        let lifetime = (HORIZON - REBASE_AT) / units.per_nanosecond;
-        (full <= MAX_CAPACITY_UNITS && lifetime >= MIN_BASE_LIFETIME).then_some(units)
-    }
-
-    /// A full bucket, in units.
-    #[inline]
-    fn full(&self) -> u64 {
-        self.capacity * self.per_token
-    }
-
-    /// `now` in units: since the base, plus a full bucket's worth (so that `empty_at`
-    /// of a full bucket is never negative). `None` past the horizon: the base must move.
-    #[inline]
-    fn at(&self, now: u64) -> Option<u64> {
-        now.saturating_sub(self.base)
-            .checked_mul(self.per_nanosecond)?
-            .checked_add(self.full())
-            .filter(|&units| units < HORIZON)
-    }
-
-    /// Where `empty_at` moves when `tokens` are taken at `now_units`: `Ok` with the new
-    /// value, or `Err` with how many units too early that is.
-    #[inline]
-    fn take(&self, empty_at: u64, tokens: u64, now_units: u64) -> Result<u64, u64> {
-        let from = empty_at.max(now_units - self.full());
-        // `tokens` is at most the capacity, so this stays below the field's top.
-        let end = from + tokens * self.per_token;
-        if end <= now_units {
-            Ok(end)
-        } else {
-            Err(end - now_units)
-        }
-    }
-
-    /// Whole tokens held at `now_units`.
-    fn tokens(&self, empty_at: u64, now_units: u64) -> u64 {
-        let from = empty_at.max(now_units - self.full());
-        now_units.saturating_sub(from) / self.per_token
-    }
-
-    /// Nanoseconds until `short` more units have accrued, rounded up: never early.
-    fn wait(&self, short: u64) -> Duration {
-        Duration::from_nanos(short.div_ceil(self.per_nanosecond))
-    }
-
-    /// The ledger the word's `empty_at` is worth at `now` (or, if a racing taker already
-    /// took tokens accrued after `now`, at the first nanosecond that leaves none owed).
-    fn ledger(&self, empty_at: u64, now: u64, rate: Rate) -> Ledger {
-        let now = now.max(self.base);
-        let per_nanosecond = u128::from(self.per_nanosecond);
-        let now_units = u128::from(now - self.base) * per_nanosecond + u128::from(self.full());
-        let from = u128::from(empty_at).max(now_units - u128::from(self.full()));
-        let (last, held) = match now_units.checked_sub(from) {
-            Some(held) => (now, held),
-            None => {
-                let owed = from - now_units;
-                let wait = owed.div_ceil(per_nanosecond);
-                // `owed` is below 2^55 (the field's top), and so is `wait`: it fits. At
-                // that instant less than a nanosecond's worth is held, which at a fast
-                // rate can pass a small capacity: capped, as observing it would.
-                let held = (wait * per_nanosecond - owed).min(u128::from(self.full()));
-                (now + wait as u64, held)
-            }
-        };
-        let per_token = u128::from(self.per_token);
-        // The ledger counts a token's parts in the rate's own period, not reduced.
-        let scale = rate.period_nanos() / per_token;
-        let tokens = u64::try_from(held / per_token).expect("at most the capacity");
-        Ledger::from_parts(tokens, (held % per_token) * scale, last)
-    }
-
-    /// `empty_at` for `ledger`, whose tokens are at most the capacity, or `None` when its
-    /// instant is past this base's horizon (or before the base).
-    fn empty_at(&self, ledger: &Ledger, rate: Rate) -> Option<u64> {
-        if ledger.last() < self.base {
-            return None;
-        }
-        let now_units = self.at(ledger.last())?;
-        let scale = rate.period_nanos() / u128::from(self.per_token);
-        // `Units::new` made the unit divide the fraction: this is exact.
-        let fraction = u64::try_from(ledger.fraction() / scale).expect("below one token");
-        let held =
-            (ledger.tokens().min(self.capacity) * self.per_token + fraction).min(self.full());
-        Some(now_units - held)
-    }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
 /// Why a try at taking on the fast path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
@@ -277,6 +145,7 @@ impl FastPath {
                 per_token: self.per_token.load(Acquire),
                 capacity: self.capacity.load(Acquire),
                 base: self.base.load(Acquire),
+                span: WORD,
             };
             if self.settled(word) {
                 return Some(Seen { word, units });
@@ -407,7 +276,8 @@ impl FastPath {
         let word = self.word.load(Relaxed);
         debug_assert!(word & LOCKED != 0, "only the lock's holder publishes");
         let current = self.units();
-        let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction()) else {
+        let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction(), WORD)
+        else {
             return;
         };
         // Keep the base while the ledger's instant is well inside its horizon, so the
@@ -448,6 +318,7 @@ impl FastPath {
             per_token: self.per_token.load(Relaxed),
             capacity: self.capacity.load(Relaxed),
             base: self.base.load(Relaxed),
+            span: WORD,
         }
     }
 
@@ -523,7 +394,7 @@ mod tests {
     fn a_ledger_and_its_word_convert_without_losing_a_part() {
         for rate in rates() {
             for capacity in [1, 2, 10, 1_000] {
-                let units = Units::new(rate, capacity, 5, 0).expect("fits");
+                let units = Units::new(rate, capacity, 5, 0, WORD).expect("fits");
                 for now in [
                     5,
                     6,

@@ -16,6 +16,8 @@ use tokio::runtime::Handle;
 use crate::bucket::builder::Builder;
 use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
+use crate::bucket::ledger::Ledger;
+use crate::bucket::limits::Limit;
 use crate::bucket::outcomes::{Published, Read};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
@@ -352,14 +354,26 @@ impl TokenBucket {
 
     pub(crate) fn from_settings(settings: Settings) -> Result<TokenBucket, ConfigError> {
         settings.validate()?;
-        let clock = Clock::start();
-        let state = State::new(&settings, clock.now());
+        Ok(TokenBucket::resumed(&settings, Clock::start(), None))
+    }
+
+    /// A bucket of checked `settings` on `clock`, whose one limit holds `ledger` if given
+    /// (as a compact key of `Keyed` hands its state over), else starts as `settings` say.
+    pub(crate) fn resumed(
+        settings: &Settings,
+        clock: Clock,
+        ledger: Option<Ledger>,
+    ) -> TokenBucket {
+        let mut state = State::new(settings, clock.now());
+        if let Some(ledger) = ledger {
+            state.adopt(ledger);
+        }
         let fast = match state.idle_limit() {
             Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
             None => FastPath::seized(),
         };
         let capacity = state.capacity();
-        Ok(TokenBucket {
+        TokenBucket {
             shared: Arc::new(Shared {
                 fast,
                 state: Mutex::new(state),
@@ -377,6 +391,17 @@ impl TokenBucket {
                 #[cfg(all(test, not(loom)))]
                 panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
+        }
+    }
+
+    /// Runs `read` on the one limit at `now`, if the bucket is idle enough for the fast
+    /// path to hold its state (one limit, open, nobody waiting, no grant unseen): what a
+    /// compact key of `Keyed` folds back from. The limit's ledger is brought to `now` (or
+    /// later, if a racing taker took tokens accrued after it) and capped.
+    pub(crate) fn read_idle_limit<R>(&self, now: u64, read: impl FnOnce(&Limit) -> R) -> Option<R> {
+        self.update_at(now, |state, now| {
+            state.serve(now);
+            state.idle_limit().map(read)
         })
     }
 

@@ -12,19 +12,25 @@
 //! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
 //!   that keeps each within its own.
 //! - `ledger.rs`: the exact token arithmetic, in integers.
+//! - `units.rs`: the same arithmetic in one word's units, for the fast path and for a
+//!   compact key of `Keyed`.
 //! - `queue.rs`: the FIFO queue of waiters and their wakers.
 //! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
 //!   when they can.
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
 //! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
 //!   back.
+//! - `compact.rs`: a bucket nobody waits on as `Keyed` holds it, one plain word per key,
+//!   and how it unfolds into a bucket and folds back.
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim.
-//! Nothing here knows of windows, adapters or keys.
+//! Nothing here knows of windows or adapters; `compact.rs` knows only that keys keep
+//! their words under a lock.
 
 mod builder;
+pub(crate) mod compact;
 mod counters;
 mod fast;
 mod future;
@@ -36,6 +42,7 @@ pub(crate) mod queue;
 pub(crate) mod refill;
 pub(crate) mod state;
 mod stats;
+mod units;
 mod unseen;
 
 pub use builder::Builder;

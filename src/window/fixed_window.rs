@@ -278,29 +278,36 @@ impl Shared {
     /// the number (wrapping) of the window counted into, or how long until they fit.
     fn admit(&self, permits: u64) -> Result<u64, Duration> {
         let now = self.clock.now();
-        let clock_window = now / self.window_nanos;
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let current = self.layout.read(word, clock_window);
-            let count = current.count + permits;
-            if count > self.limit {
-                return Err(self.retry_after(now, current, permits, false));
-            }
-            if word & SEIZED != 0 {
-                // A composite is deciding over this window (for nanoseconds): it is
-                // ahead, as a waiter in line would be.
-                return Err(Duration::ZERO);
-            }
-            let next = self.layout.pack(current.window(), count);
+            let (next, window) = self.count_into(word, now, permits)?;
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(current.window()),
+                Ok(_) => return Ok(window),
                 // Someone counted or moved on first: decide again on what they wrote.
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// What counting `permits` at `now` makes of the state `word`, ignoring the line:
+    /// the next word and the number (wrapping) of the window counted into, or how long
+    /// until they fit.
+    #[inline]
+    fn count_into(&self, word: u64, now: u64, permits: u64) -> Result<(u64, u64), Duration> {
+        let current = self.layout.read(word, now / self.window_nanos);
+        let count = current.count + permits;
+        if count > self.limit {
+            return Err(self.retry_after(now, current, permits, false));
+        }
+        if word & SEIZED != 0 {
+            // A composite is deciding over this window (for nanoseconds): it is ahead, as
+            // a waiter in line would be.
+            return Err(Duration::ZERO);
+        }
+        Ok((self.layout.pack(current.window(), count), current.window()))
     }
 
     /// What the head of the line tries: counts `permits` into the first window where
@@ -384,6 +391,19 @@ impl Shared {
     fn exceeds_limit(&self, permits: u64) -> bool {
         permits > self.limit
     }
+
+    /// Whether a `try_acquire` of `permits` has anything to count: not for zero permits
+    /// (taking nothing cannot jump the line), an error above the limit.
+    #[inline]
+    fn must_count(&self, permits: u64) -> Result<bool, TryAcquireError> {
+        if self.exceeds_limit(permits) {
+            return Err(TryAcquireError::ExceedsLimit {
+                requested: permits,
+                limit: self.limit,
+            });
+        }
+        Ok(permits > 0)
+    }
 }
 
 impl Limiter for FixedWindow {
@@ -423,15 +443,8 @@ impl Limiter for FixedWindow {
     /// ```
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
         let shared = &self.shared;
-        if permits == 0 {
-            // Taking nothing cannot jump the line.
+        if !shared.must_count(permits)? {
             return Ok(());
-        }
-        if shared.exceeds_limit(permits) {
-            return Err(TryAcquireError::ExceedsLimit {
-                requested: permits,
-                limit: shared.limit,
-            });
         }
         if shared.turnstile.is_waiting() {
             let (now, current) = shared.current();
@@ -632,6 +645,70 @@ impl Limiter for FixedWindow {
     }
 }
 
+/// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
+/// while nobody waits on it: the word (never [`SEIZED`]: no composite decides over a
+/// word) is guarded by the key's shard lock, so it is a plain `u64`, and `self` is the
+/// template, whose settings and clock every key shares.
+impl FixedWindow {
+    /// The clock windows are counted on.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.shared.clock.now()
+    }
+
+    /// The word of a window with nothing counted at `now`.
+    pub(crate) fn idle_word(&self, now: u64) -> u64 {
+        let shared = &self.shared;
+        shared.layout.pack(now / shared.window_nanos, 0)
+    }
+
+    /// `try_acquire` on a key's `word` at `now`, with nobody waiting.
+    #[inline]
+    pub(crate) fn try_acquire_word(
+        &self,
+        word: &mut u64,
+        permits: u64,
+        now: u64,
+    ) -> Result<(), TryAcquireError> {
+        let shared = &self.shared;
+        if !shared.must_count(permits)? {
+            return Ok(());
+        }
+        let (next, _) = shared
+            .count_into(*word, now, permits)
+            .map_err(|retry_after| TryAcquireError::Limited { retry_after })?;
+        *word = next;
+        Ok(())
+    }
+
+    /// Whether `word` counts nothing in the window of `now`: `is_idle` for a key's word.
+    #[inline]
+    pub(crate) fn is_idle_word(&self, word: u64, now: u64) -> bool {
+        let shared = &self.shared;
+        shared.layout.read(word, now / shared.window_nanos).count == 0
+    }
+
+    /// A limiter like [`fresh`](Limiter::fresh) ones, whose state is `word`.
+    pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
+        let limiter = self.fresh();
+        limiter.shared.state.store(word, Ordering::Release);
+        limiter
+    }
+
+    /// `limiter`'s word, if it folds into a key of this template: nobody waits on it, no
+    /// composite decides over it, and its settings and clock are the template's.
+    pub(crate) fn word_of(&self, limiter: &FixedWindow) -> Option<u64> {
+        let (template, shared) = (&self.shared, &limiter.shared);
+        let same = shared.clock == template.clock
+            && (shared.limit, shared.window) == (template.limit, template.window);
+        if !same || shared.turnstile.is_waiting() {
+            return None;
+        }
+        let word = shared.state.load(Ordering::Acquire);
+        (word & SEIZED == 0).then_some(word)
+    }
+}
+
 impl fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FixedWindow")
@@ -665,10 +742,12 @@ impl Layout {
     }
 
     /// The bits of a window number that the word keeps.
+    #[inline]
     fn tag_mask(self) -> u64 {
         u64::MAX >> (self.count_bits + 1)
     }
 
+    #[inline]
     fn pack(self, window: u64, count: u64) -> u64 {
         (window & self.tag_mask()) << self.count_bits | count
     }
@@ -676,6 +755,7 @@ impl Layout {
     /// The window a caller whose clock reads `clock_window` counts into, given the
     /// stored `word`: the stored one when it is that window or a newer one (tags compared
     /// modulo their width, up to half of it ahead), else a new, empty one.
+    #[inline]
     fn read(self, word: u64, clock_window: u64) -> Current {
         let stored = (word & !SEIZED) >> self.count_bits;
         let ahead = stored.wrapping_sub(clock_window) & self.tag_mask();

@@ -1,25 +1,29 @@
 //! [`Keyed`]: one limiter per key, made on first use from a template and forgotten again
-//! once it is idle. Its documentation explains why forgetting costs nothing, and the
-//! memory bound.
+//! once it is idle. Its documentation explains why forgetting costs nothing, how a key is
+//! held (its state word alone while nobody waits on it), and the memory bound.
+//!
+//! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
+//! - `compact.rs`: which templates have a one-word form, and its operations.
+
+mod compact;
+mod shard;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError, TryLockError};
 
 use crate::clock::Clock;
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
+use crate::keyed::compact::Compact;
+use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
-
-/// A shard is never swept automatically while it holds fewer keys than this: sweeping
-/// a handful of keys would cost more in locking than it saves in memory.
-const SWEEP_FLOOR: usize = 64;
+use crate::sync::{AtomicUsize, Mutex, MutexGuard};
 
 /// The most shards a [`Keyed`] accepts.
 const MAX_SHARDS: usize = 1 << 16;
@@ -36,7 +40,9 @@ const QUIET_FACTOR: u64 = 9;
 ///
 /// `Keyed` works with any [`Limiter`]. The template is a limiter built by the caller, so
 /// its settings were checked once, when it was built; every key's limiter is
-/// [`template.fresh()`](Limiter::fresh). `Keyed` is a cheap handle: its clones share the
+/// [`template.fresh()`](Limiter::fresh). `Keyed` keeps a fresh copy of the template,
+/// made when it is built: settings changed later through a clone of the template (a
+/// bucket's `set_rate`) change no key. `Keyed` is a cheap handle: its clones share the
 /// same keys.
 ///
 /// # Examples
@@ -82,6 +88,39 @@ const QUIET_FACTOR: u64 = 9;
 /// admitted by the forgotten limiter while a fresh one admits others for the same key:
 /// twice the limit.
 ///
+/// # How a key is held
+///
+/// A key nobody waits on and nobody holds is kept as its limiter's state alone, one
+/// 8-byte word beside the key in the shard's table, the settings living once in the
+/// template: for a [`TokenBucket`](crate::TokenBucket), the word its lock-free fast path
+/// keeps (when the bucket would be empty, in exact units of its rate); for a
+/// [`FixedWindow`](crate::FixedWindow), its window and count. `try_acquire` reads and
+/// writes that word under the shard's lock, with the bucket's or the window's own
+/// arithmetic, so it answers exactly as the limiter would, `retry_after` included, to the
+/// nanosecond.
+///
+/// The whole limiter (a bucket's waiter queue and refill task, a window's line) is made
+/// from the word when [`acquire`](Keyed::acquire) is called for the key or
+/// [`get`](Keyed::get) hands it out, and holds exactly what the word held. It folds back
+/// into the word at the key's next `try_acquire`, or at the next sweep (automatic, or
+/// [`retain_recent`](Keyed::retain_recent)), once nobody waits on it, nobody else holds
+/// it, and its settings are still the template's: a rate or capacity changed through a
+/// handle from `get` keeps the key whole, with its own settings, until it is forgotten.
+///
+/// Which templates have the compact form: a `TokenBucket` of one limit whose full
+/// bucket is worth at most 2<sup>61</sup> units of its rate (a unit is a token divided by
+/// `period / gcd(amount, period)` of the rate: with one token an hour, up to 640,000
+/// tokens; with any rate per second, up to 2.3 × 10<sup>9</sup>) and which gains at most
+/// 4.6 × 10<sup>9</sup> units a nanosecond (so that the instant its words count from moves
+/// at most once a second; moving it rewrites each word of a shard); and any
+/// `FixedWindow`. Any other
+/// limiter, a user's own included, is held whole: in an `Arc`, with its own allocations.
+/// A [`SlidingLog`](crate::SlidingLog) must remember each grant still counted, so it has
+/// no one-word form: its log grows only as grants come (8 bytes each, at most `8 × limit`),
+/// so a key that was used once costs about 360 bytes, most of it the limiter's fixed
+/// part. A [`SlidingWindow`](crate::SlidingWindow) holds its slots from the start (8 bytes
+/// each).
+///
 /// # The memory bound
 ///
 /// Keys are spread over shards, each a map behind its own lock. A shard forgets its idle
@@ -109,25 +148,21 @@ const QUIET_FACTOR: u64 = 9;
 ///
 /// # What a key costs
 ///
-/// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` (on a shared two-core
-/// machine, so roughly): a `TokenBucket` key takes about 875 bytes of heap in three
-/// allocations. The bucket itself is about 815 of them, in two: its shared state with
-/// the fast path's word and its counters (on the word's cache line), the waiter queue, and a `Notify`
-/// for its refill task (the signal behind
-/// [`TokenBucket::closed`](crate::TokenBucket::closed) is made only if someone asks).
-/// The `Arc` and the map's slot make up the rest. A [`FixedWindow`](crate::FixedWindow)
-/// key takes about 270 bytes, a small [`SlidingLog`](crate::SlidingLog) about 340.
-/// governor's keyed limiter, which keeps one
-/// 8-byte word per key inline in its map, takes about 35. A `try_acquire` over a million
-/// keys took about 410 ns (governor: 210 ns), dominated by cache misses along the
-/// pointers from the map to the bucket's state; for one hot key about 95 ns (governor:
-/// 45 ns).
+/// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` with a million `u64` keys
+/// (on a shared two-core machine, so roughly): a compact `TokenBucket` or `FixedWindow`
+/// key takes about 35 bytes of heap and no allocation of its own (16 bytes in the table,
+/// at the table's load), as governor's keyed limiter does. A key held whole costs its
+/// limiter besides: about 950 bytes for a bucket, in three allocations. A `try_acquire`
+/// costs about what governor's keyed limiter costs reading tokio's clock, as ours must
+/// (see `docs/benchmarks.md`).
 ///
 /// # Concurrency
 ///
-/// A shard's lock is held only to find or add a key's limiter, and during a sweep; the
-/// limiter itself is called after the lock is released, and no lock is held across an
-/// `.await`. The number of shards is a power of two, by default the next one at or above
+/// A shard's lock is held to find or add a key, to read and write a compact key's word
+/// (a few arithmetic steps, no call into the limiter), and during a sweep; a whole
+/// limiter is called after the lock is released, and no lock is held across an `.await`.
+/// A key is hashed once a call: the hash picks its shard and its place in the shard's
+/// table. The number of shards is a power of two, by default the next one at or above
 /// four per available thread.
 pub struct Keyed<K, L> {
     inner: Arc<Inner<K, L>>,
@@ -136,10 +171,12 @@ pub struct Keyed<K, L> {
 /// What every clone of a [`Keyed`] shares.
 struct Inner<K, L> {
     template: L,
+    /// How keys nobody waits on are held as words; `None` when the template's type or
+    /// settings have no compact form, and every key holds a whole limiter.
+    compact: Option<Compact<L>>,
     shards: Box<[ShardLock<K, L>]>,
-    /// Picks a key's shard. Each shard's map hashes with keys of its own: were they the
-    /// same, the keys of one shard, which share these bits, would crowd its map.
-    shard_hasher: RandomState,
+    /// Hashes a key once a call: the hash picks its shard and its place in the shard.
+    hasher: RandomState,
     /// Keys held, over all shards, counting those being added.
     keys: AtomicUsize,
     max_keys: Option<usize>,
@@ -154,10 +191,12 @@ struct Inner<K, L> {
 #[repr(align(128))]
 struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
-struct Shard<K, L> {
-    limiters: HashMap<K, Arc<L>>,
-    /// The size at which a new key first sweeps the shard.
-    sweep_at: usize,
+/// Where a call stands once its key's slot was looked at under the shard's lock.
+enum Step<L> {
+    /// Decided on the key's word.
+    Decided(Result<(), TryAcquireError>),
+    /// To be asked of the key's whole limiter, with the lock released.
+    Call(Arc<L>),
 }
 
 impl<K, L: Limiter> Keyed<K, L> {
@@ -205,19 +244,18 @@ impl<K, L: Limiter> Keyed<K, L> {
     }
 
     fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
+        // A copy nobody else holds: the compact form reads its settings once, here, and
+        // keys made whole later must be made with the same ones.
+        let template = template.fresh();
         let shards = (0..shards)
-            .map(|_| {
-                ShardLock(Mutex::new(Shard {
-                    limiters: HashMap::new(),
-                    sweep_at: SWEEP_FLOOR,
-                }))
-            })
+            .map(|_| ShardLock(Mutex::new(Shard::new())))
             .collect();
         Keyed {
             inner: Arc::new(Inner {
+                compact: Compact::of(&template),
                 template,
                 shards,
-                shard_hasher: RandomState::new(),
+                hasher: RandomState::new(),
                 keys: AtomicUsize::new(0),
                 max_keys,
                 clock: Clock::start(),
@@ -301,7 +339,9 @@ impl<K, L> Keyed<K, L> {
 
 impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Acquires `permits` for `key` now if its limiter allows; never waits. A key seen for
-    /// the first time gets a fresh limiter. Needs no runtime.
+    /// the first time gets a fresh limiter. Needs no runtime. A key held as a word is
+    /// answered on its word; a whole limiter that may be a word again is folded first
+    /// (see [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// The key may be given in any borrowed form of `K`, as with a `HashMap`: a `&str` for
     /// `String` keys.
@@ -345,19 +385,25 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limiter = self
-            .limiter_of(key)
+        let step = self
+            .with_slot(key, |slot, at| try_step(slot, at, permits))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
-        limiter.try_acquire(permits)
+        match step {
+            Step::Decided(result) => result,
+            Step::Call(limiter) => limiter.try_acquire(permits),
+        }
     }
 
     /// Acquires `permits` for `key`, waiting first in, first out behind the other waiters
     /// of that key until its limiter allows. Other keys are not held up.
     ///
-    /// The key's limiter is found (or made) when this method is called, not when the
-    /// future is first polled; the future holds it from then on, so the key is not
-    /// forgotten while the future lives, and it borrows neither `self` nor `key`. No lock
-    /// of the `Keyed` is held while it waits.
+    /// The key's whole limiter is found (or made, from the key's word or afresh) when this
+    /// method is called, not when the future is first polled; the future holds it from
+    /// then on, so the key is neither forgotten nor folded back into its word while the
+    /// future lives, and it borrows neither `self` nor `key`. The request itself is
+    /// decided when the future is first polled, by that limiter. No lock of the `Keyed`
+    /// is held while it waits. The key goes back to its word at its next `try_acquire` or
+    /// sweep once its line is empty (see [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// # Errors
     ///
@@ -406,7 +452,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limiter = self.limiter_of(key);
+        // The whole limiter, even when the key's word could grant at once: the request is
+        // decided when first polled, so that a future dropped before then takes nothing,
+        // and the key is held (not forgotten, not folded) while the future lives.
+        let limiter = self.with_slot(key, |mut slot, at| slot.whole(at));
         async move {
             let limiter = limiter
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
@@ -449,20 +498,24 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.limiter_of(key)
+        self.with_slot(key, |mut slot, at| slot.whole(at))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
     /// forgotten (its limiter would then be fresh). Makes no limiter.
     ///
-    /// The key is not forgotten while the returned `Arc` lives. Keep the `Arc`, not a
-    /// clone of the limiter inside it: a `TokenBucket` cloned out of it stays tied to the
-    /// key's bucket but does not keep the key. Settings changed through it (a bucket's
+    /// A key held as a word is made a whole limiter holding exactly what the word held.
+    /// The key is neither forgotten nor folded back into its word while the returned
+    /// `Arc` lives. Keep the `Arc`, not a clone of the limiter inside it: a `TokenBucket`
+    /// cloned out of it stays tied to that bucket but does not keep the key, which may
+    /// then fold back into its word or be forgotten, leaving the clone on a bucket of
+    /// its own. Settings changed through it (a bucket's
     /// [`set_rate`](crate::TokenBucket::set_rate) or
-    /// [`set_capacity`](crate::TokenBucket::set_capacity)) last only while the key is
-    /// held: once its limiter is idle it may be forgotten, and the key comes back with a
-    /// fresh copy of the template.
+    /// [`set_capacity`](crate::TokenBucket::set_capacity)) keep the key whole, with its
+    /// own settings, but last only while the key is held: once its limiter is idle it may
+    /// be forgotten, and the key comes back with a fresh copy of the template. A bucket's
+    /// [`stats`](crate::TokenBucket::stats) count from when it was made whole.
     ///
     /// # Examples
     ///
@@ -484,13 +537,18 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.shard_of(key).limiters.get(key).map(Arc::clone)
+        let (hash, mut shard) = self.shard_of(key);
+        let at = shard.at(self.inner.compact.as_ref());
+        let mut slot = shard.get_mut(hash, key)?;
+        Some(slot.whole(at.as_ref()))
     }
 
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
     /// else (no pending [`acquire`](Keyed::acquire), no `Arc` from [`get`](Keyed::get)),
     /// and returns how many it forgot. Their memory is freed, and the maps give back their
-    /// spare room.
+    /// spare room. Whole limiters held by nobody else, that nobody waits on and whose
+    /// settings are the template's, fold back into their words (see
+    /// [how a key is held](Keyed#how-a-key-is-held)).
     ///
     /// Looks at every key, one shard at a time, so the other shards are served meanwhile.
     /// Keys are also forgotten automatically as new ones come (see
@@ -524,42 +582,98 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             .sum()
     }
 
-    /// The limiter of `key`, made if the key is new, with the shard's lock released.
-    fn limiter_of<Q>(&self, key: &Q) -> Result<Arc<L>, TooManyKeys>
+    /// Runs `visit` on `key`'s slot, added if the key is new, under its shard's lock;
+    /// refuses a new key for which no room could be made.
+    fn with_slot<Q, R>(
+        &self,
+        key: &Q,
+        visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
+    ) -> Result<R, TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(limiter) = self.find_or_add(&mut self.shard_of(key), key) {
-            return Ok(limiter);
+        let mut visit = visit;
+        // Twice at most: at the bound, make room, then try once more (another thread may
+        // have made room meanwhile, or added this very key). One call of `visit` in the
+        // code, so that it is inlined.
+        for attempt in 0..2 {
+            let (hash, mut shard) = self.shard_of(key);
+            visit = match self.visit_or_add(&mut shard, hash, key, visit) {
+                Ok(visited) => return Ok(visited),
+                Err(visit) => visit,
+            };
+            drop(shard);
+            if attempt == 0 {
+                self.sweep_for_room();
+            }
         }
-        // At the bound: make room, then try once more (another thread may have made room
-        // meanwhile, or added this very key).
-        self.sweep_for_room();
-        self.find_or_add(&mut self.shard_of(key), key)
-            .ok_or(TooManyKeys {
-                max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
-            })
+        Err(TooManyKeys {
+            max_keys: self.inner.max_keys.unwrap_or(usize::MAX),
+        })
     }
 
-    /// The limiter of `key` in `shard`, added if new; `None` when the key is new and there
-    /// is no room for it.
-    fn find_or_add<Q>(&self, shard: &mut Shard<K, L>, key: &Q) -> Option<Arc<L>>
+    /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
+    /// key is new and there is no room for it. `hash` is the key's.
+    #[inline(always)]
+    fn visit_or_add<Q, R, V>(
+        &self,
+        shard: &mut Shard<K, L>,
+        hash: u64,
+        key: &Q,
+        visit: V,
+    ) -> Result<R, V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
+    {
+        let compact = self.inner.compact.as_ref();
+        // Where words are read, when already known: the clock is read once a call.
+        let mut known: Option<Option<At<'_, L>>> = None;
+        // At most twice: a key found past its base's horizon, or added, is found again.
+        loop {
+            // The key first, then the clock: the clock is read while the key's place in
+            // the table (a cache miss among many keys) is still being fetched.
+            if let Some(slot) = shard.get_mut(hash, key) {
+                let at = match known.take() {
+                    Some(at) => at.map(Some),
+                    None => compact.map(|compact| At::now(compact, slot.base)),
+                };
+                // `Some(None)`: now is past what words counted from the base hold.
+                if at.as_ref().map_or(true, Option::is_some) {
+                    return Ok(visit(slot, at.flatten().as_ref()));
+                }
+                known = Some(shard.at(compact));
+                continue;
+            }
+            match self.add(shard, hash, key) {
+                Some(at) => known = Some(at),
+                None => return Err(visit),
+            }
+        }
+    }
+
+    /// Adds `key`, new, to `shard` (sweeping it first if it is due), and returns where its
+    /// words are read now; `None` when there is no room for it.
+    #[cold]
+    fn add<Q>(&self, shard: &mut Shard<K, L>, hash: u64, key: &Q) -> Option<Option<At<'_, L>>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(limiter) = shard.limiters.get(key) {
-            return Some(Arc::clone(limiter));
-        }
-        if shard.limiters.len() >= shard.sweep_at {
+        if shard.len() >= shard.sweep_at {
             self.sweep(shard);
         }
         let reservation = self.reserve_key()?;
-        let limiter = Arc::new(self.inner.template.fresh());
-        shard.limiters.insert(key.to_owned(), Arc::clone(&limiter));
+        let at = shard.at(self.inner.compact.as_ref());
+        let fresh = match &at {
+            Some(at) => Ok(at.compact.idle_word(at.now)),
+            None => Err(Arc::new(self.inner.template.fresh())),
+        };
+        shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
         reservation.keep();
-        Some(limiter)
+        Some(at)
     }
 
     /// Counts one more key, unless that would pass `max_keys`.
@@ -600,38 +714,35 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             .saturating_add(1);
     }
 
-    /// Forgets the shard's idle keys, sets when it is next swept, gives back spare room,
-    /// and returns how many keys it forgot.
-    fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
-        let before = shard.limiters.len();
-        shard.limiters.retain(|_, limiter| {
-            // Nobody else holds it (checked first: it is cheaper, and it cannot change
-            // while the shard is locked, since a new holder needs the lock), and a fresh
-            // limiter would behave the same.
-            let forget = Arc::strong_count(limiter) == 1 && limiter.is_idle();
-            if forget {
-                // One at a time, so that the count stays exact should `is_idle` panic.
-                self.inner.keys.fetch_sub(1, Ordering::Relaxed);
-            }
-            !forget
-        });
-        let kept = shard.limiters.len();
-        shard.sweep_at = kept.saturating_mul(2).max(SWEEP_FLOOR);
-        // Shrinking costs O(kept) and halves the room at least, so it is paid for by the
-        // growth before it.
-        if shard.limiters.capacity() > shard.sweep_at.saturating_mul(2) {
-            shard.limiters.shrink_to(shard.sweep_at);
-        }
-        before - kept
+    /// The locked shard `key` belongs to.
+    /// The hash of `key` and the locked shard it belongs to.
+    #[inline]
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, MutexGuard<'_, Shard<K, L>>) {
+        let hash = self.inner.hasher.hash_one(key);
+        // The number of shards is a power of two, at most 2^16: the mask keeps bits 32 to
+        // 47 of the hash, which the shard's table uses neither for a key's place (its low
+        // bits) nor for its tag (the top 7). Picked from those, the keys of one shard
+        // would share them and crowd its table.
+        let index = (hash >> 32) as usize & (self.inner.shards.len() - 1);
+        (hash, lock(&self.inner.shards[index]))
     }
 
-    /// The locked shard `key` belongs to.
-    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K, L>> {
-        let hash = self.inner.shard_hasher.hash_one(key);
-        // The number of shards is a power of two: the mask keeps the hash's low bits. The
-        // cast may drop high bits on 32-bit targets, which the mask drops anyway.
-        let index = hash as usize & (self.inner.shards.len() - 1);
-        lock(&self.inner.shards[index])
+    /// Keys held as whole limiters, over all shards, and the bases of the shards' words.
+    #[cfg(all(test, not(loom)))]
+    fn wholes_and_bases(&self) -> (usize, Vec<u64>) {
+        let shards = self
+            .inner
+            .shards
+            .iter()
+            .map(|shard| lock(shard).wholes_and_base());
+        let (wholes, bases): (Vec<usize>, Vec<u64>) = shards.unzip();
+        (wholes.iter().sum(), bases)
+    }
+
+    /// Sweeps `shard` (see [`Shard::sweep`]).
+    fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
+        let inner = &self.inner;
+        shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher)
     }
 }
 
@@ -640,6 +751,18 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
 /// poisoning is ignored.
 fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
     shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
+/// now), else to be asked of its whole limiter.
+#[inline(always)]
+fn try_step<L: Limiter>(mut slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
+    if let Some(at) = at {
+        if let Some(word) = slot.word(at) {
+            return Step::Decided(at.compact.try_acquire(word, permits, at.reading));
+        }
+    }
+    Step::Call(slot.whole(at))
 }
 
 /// Refusal of a new key: the bound that was reached.
@@ -819,3 +942,6 @@ impl<K, L> fmt::Debug for KeyedBuilder<K, L> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;

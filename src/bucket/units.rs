@@ -1,0 +1,179 @@
+//! The units a bucket's state is counted in when it is one word: the fast path's word
+//! (`fast.rs`) and a compact key of `Keyed` (`compact.rs`) share this arithmetic, so
+//! both grant at the nanosecond the ledger behind the lock would.
+//!
+//! Divide the rate's amount and period by their greatest common divisor: then one
+//! nanosecond is worth `per_nanosecond` *units* and one token `per_token` units, both
+//! whole numbers. A word holds `empty_at`, the instant, in units since a `base`, at which
+//! the bucket would hold nothing. How far units may run from the base before it must
+//! move is the word's [`Span`].
+
+use std::time::Duration;
+
+use crate::bucket::ledger::Ledger;
+use crate::rate::Rate;
+
+/// How far a word's units may run: a word with flag bits beside its field holds less
+/// than one that is all field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    /// Units since the base stay below this, so that a grant's end (now plus at most a
+    /// capacity's worth) stays below the field's top.
+    horizon: u64,
+    /// The most a full bucket may be worth, in units, for the word to hold it.
+    max_full: u64,
+    /// A base must last at least this many nanoseconds (counted from the point where it
+    /// is moved, half the horizon) before it has to move, or its owner would spend its
+    /// time moving it.
+    min_base_lifetime: u64,
+}
+
+/// The fast path's word: a 55-bit field beside a lock bit and an epoch.
+pub(crate) const WORD: Span = Span {
+    horizon: HORIZON_WORD,
+    max_full: HORIZON_WORD / 4,
+    // A millisecond.
+    min_base_lifetime: 1_000_000,
+};
+const HORIZON_WORD: u64 = 1 << 54;
+/// The fast path moves its base once units since it pass this, leaving half the horizon
+/// to go.
+pub(crate) const REBASE_AT_WORD: u64 = HORIZON_WORD / 2;
+
+/// A compact key of `Keyed`: a whole `u64`, no flags. Moving a base rewrites every word
+/// of a shard, so a base must last at least a second.
+pub(crate) const COMPACT: Span = Span {
+    horizon: 1 << 63,
+    max_full: 1 << 61,
+    min_base_lifetime: 1_000_000_000,
+};
+
+/// The units a bucket's word counts in, and the instant they count from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Units {
+    pub(crate) per_nanosecond: u64,
+    pub(crate) per_token: u64,
+    pub(crate) capacity: u64,
+    /// The nanosecond (on the bucket's clock) units are counted from.
+    pub(crate) base: u64,
+    pub(crate) span: Span,
+}
+
+impl Units {
+    /// The units for `rate` and `capacity` that hold `fraction` (parts of a token in the
+    /// rate's own period) exactly, or `None` when a word of `span` cannot hold them.
+    ///
+    /// The divisor divides the fraction too: a rate change can leave a fraction that
+    /// the rate's own divisor does not divide, and every later change of it (whole tokens,
+    /// and `amount` parts a nanosecond) keeps that remainder until the bucket is full.
+    pub(crate) fn new(
+        rate: Rate,
+        capacity: u64,
+        base: u64,
+        fraction: u128,
+        span: Span,
+    ) -> Option<Units> {
+        let period = u64::try_from(rate.period_nanos()).ok()?;
+        let fraction = u64::try_from(fraction).ok()?;
+        let divisor = gcd(gcd(rate.amount(), period), fraction);
+        let units = Units {
+            per_nanosecond: rate.amount() / divisor,
+            per_token: period / divisor,
+            capacity,
+            base,
+            span,
+        };
+        let full = capacity.checked_mul(units.per_token)?;
+        let lifetime = (span.horizon / 2) / units.per_nanosecond;
+        (full <= span.max_full && lifetime >= span.min_base_lifetime).then_some(units)
+    }
+
+    /// A full bucket, in units.
+    #[inline]
+    pub(crate) fn full(&self) -> u64 {
+        self.capacity * self.per_token
+    }
+
+    /// `now` in units: since the base, plus a full bucket's worth (so that `empty_at`
+    /// of a full bucket is never negative). `None` past the horizon: the base must move.
+    #[inline]
+    pub(crate) fn at(&self, now: u64) -> Option<u64> {
+        now.saturating_sub(self.base)
+            .checked_mul(self.per_nanosecond)?
+            .checked_add(self.full())
+            .filter(|&units| units < self.span.horizon)
+    }
+
+    /// Where `empty_at` moves when `tokens` are taken at `now_units`: `Ok` with the new
+    /// value, or `Err` with how many units too early that is.
+    #[inline]
+    pub(crate) fn take(&self, empty_at: u64, tokens: u64, now_units: u64) -> Result<u64, u64> {
+        let from = empty_at.max(now_units - self.full());
+        // `tokens` is at most the capacity, so this stays below the field's top.
+        let end = from + tokens * self.per_token;
+        if end <= now_units {
+            Ok(end)
+        } else {
+            Err(end - now_units)
+        }
+    }
+
+    /// Whole tokens held at `now_units`.
+    pub(crate) fn tokens(&self, empty_at: u64, now_units: u64) -> u64 {
+        let from = empty_at.max(now_units - self.full());
+        now_units.saturating_sub(from) / self.per_token
+    }
+
+    /// Nanoseconds until `short` more units have accrued, rounded up: never early.
+    pub(crate) fn wait(&self, short: u64) -> Duration {
+        Duration::from_nanos(short.div_ceil(self.per_nanosecond))
+    }
+
+    /// The ledger the word's `empty_at` is worth at `now` (or, if a racing taker already
+    /// took tokens accrued after `now`, at the first nanosecond that leaves none owed).
+    pub(crate) fn ledger(&self, empty_at: u64, now: u64, rate: Rate) -> Ledger {
+        let now = now.max(self.base);
+        let per_nanosecond = u128::from(self.per_nanosecond);
+        let now_units = u128::from(now - self.base) * per_nanosecond + u128::from(self.full());
+        let from = u128::from(empty_at).max(now_units - u128::from(self.full()));
+        let (last, held) = match now_units.checked_sub(from) {
+            Some(held) => (now, held),
+            None => {
+                let owed = from - now_units;
+                let wait = owed.div_ceil(per_nanosecond);
+                // `owed` is below 2^55 (the field's top), and so is `wait`: it fits. At
+                // that instant less than a nanosecond's worth is held, which at a fast
+                // rate can pass a small capacity: capped, as observing it would.
+                let held = (wait * per_nanosecond - owed).min(u128::from(self.full()));
+                (now + wait as u64, held)
+            }
+        };
+        let per_token = u128::from(self.per_token);
+        // The ledger counts a token's parts in the rate's own period, not reduced.
+        let scale = rate.period_nanos() / per_token;
+        let tokens = u64::try_from(held / per_token).expect("at most the capacity");
+        Ledger::from_parts(tokens, (held % per_token) * scale, last)
+    }
+
+    /// `empty_at` for `ledger`, whose tokens are at most the capacity, or `None` when its
+    /// instant is past this base's horizon (or before the base).
+    pub(crate) fn empty_at(&self, ledger: &Ledger, rate: Rate) -> Option<u64> {
+        if ledger.last() < self.base {
+            return None;
+        }
+        let now_units = self.at(ledger.last())?;
+        let scale = rate.period_nanos() / u128::from(self.per_token);
+        // `Units::new` made the unit divide the fraction: this is exact.
+        let fraction = u64::try_from(ledger.fraction() / scale).expect("below one token");
+        let held =
+            (ledger.tokens().min(self.capacity) * self.per_token + fraction).min(self.full());
+        Some(now_units - held)
+    }
+}
+
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
