@@ -74,6 +74,14 @@
 //!   ledger. `cargo bench --bench micro -- several_limits` runs it alone; the summary
 //!   prints its own table, with the ratio.
 //!
+//! - `composite`: one decision over two buckets against two separate calls (issue 14,
+//!   part 2), with the tokens there: `all((&a, &b)).try_acquire(1)` against
+//!   `a.try_take(1)` then `b.try_take(1)`, the same with `acquire(1).await` against two
+//!   `take(1).await`, and governor's two `check()`s as the peer's separate calls (it has
+//!   no composite). The composite takes both buckets' locks in the global order and reads
+//!   the clock once; the separate calls each take the lock-free fast path, and are not
+//!   one decision. The summary prints its own table, with the ratio.
+//!
 //! # Reading the ratios
 //!
 //! Divide our time by a peer's, within one group of one run: below 1 we are faster,
@@ -92,7 +100,7 @@ use criterion::{criterion_group, Criterion, Throughput};
 use futures::{stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
 use governor::{DefaultDirectRateLimiter, Quota};
-use token_bucket::{Rate, TokenBucket};
+use token_bucket::{all, Rate, TokenBucket};
 
 #[path = "support/governor_on_tokio.rs"]
 mod governor_on_tokio;
@@ -407,10 +415,56 @@ fn several_limits(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `composite` group's benchmarks: (operation, two separate calls, one composite).
+const COMPOSITE: [(&str, &str, &str); 2] = [
+    ("try (2 buckets)", "try_take-twice", "all-try_acquire"),
+    ("wait (2 buckets)", "take-twice", "all-acquire"),
+];
+
+/// The peer's two separate checks, beside ours in the `composite` group.
+const GOVERNOR_TWICE: &str = "governor-check-twice";
+
+fn composite(c: &mut Criterion) {
+    let runtime = current_thread_runtime();
+    let mut group = c.benchmark_group("composite");
+    let [(_, try_twice, try_all), (_, take_twice, take_all)] = COMPOSITE;
+    let (a, b) = (ours(), ours());
+    group.bench_function(try_twice, |bench| {
+        bench.iter(|| {
+            granted(black_box(&a).try_take(1).is_ok(), try_twice);
+            granted(black_box(&b).try_take(1).is_ok(), try_twice);
+        });
+    });
+    let both = all((&a, &b)).expect("two buckets");
+    group.bench_function(try_all, |bench| {
+        bench.iter(|| granted(black_box(&both).try_acquire(1).is_ok(), try_all));
+    });
+    group.bench_function(take_twice, |bench| {
+        bench.to_async(&runtime).iter(|| async {
+            granted(black_box(&a).take(1).await.is_ok(), take_twice);
+            granted(black_box(&b).take(1).await.is_ok(), take_twice);
+        });
+    });
+    group.bench_function(take_all, |bench| {
+        bench.to_async(&runtime).iter(|| async {
+            granted(black_box(&both).acquire(1).await.is_ok(), take_all);
+        });
+    });
+    let (first, second) = (governor(), governor());
+    group.bench_function(GOVERNOR_TWICE, |bench| {
+        bench.iter(|| {
+            granted(black_box(&first).check().is_ok(), GOVERNOR_TWICE);
+            granted(black_box(&second).check().is_ok(), GOVERNOR_TWICE);
+        });
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     config = config();
-    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle, several_limits
+    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle, several_limits,
+        composite
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,12 +548,44 @@ fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     }
 }
 
+/// The `composite` table: two separate calls beside one composite, if this run measured
+/// them, with governor's two checks beside the try row.
+fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
+    let figure = |bench: &str| nanoseconds(home, "composite", bench, 1, since);
+    let rows: Vec<_> = COMPOSITE
+        .iter()
+        .filter_map(|&(operation, twice, all)| Some((operation, figure(twice)?, figure(all)?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let governor = figure(GOVERNOR_TWICE);
+    println!();
+    println!(
+        "A composite of two buckets, nanoseconds per decision with the tokens there, this run:"
+    );
+    println!();
+    println!("| operation | two separate calls | one composite | composite ÷ separate | governor, two checks | composite ÷ governor |");
+    println!("|---|---|---|---|---|---|");
+    for (index, (operation, twice, all)) in rows.into_iter().enumerate() {
+        let (peer, peer_ratio) = match governor.filter(|_| index == 0) {
+            Some(peer) => (format!("{peer:.1}"), format!("{:.2}", all / peer)),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
+        println!(
+            "| {operation} | {twice:.1} | {all:.1} | {:.2} | {peer} | {peer_ratio} |",
+            all / twice
+        );
+    }
+}
+
 fn print_summary(since: std::time::SystemTime) {
     let Some(home) = criterion_home() else {
         eprintln!("summary: cannot tell where criterion keeps its figures");
         return;
     };
     print_several_limits(&home, since);
+    print_composite(&home, since);
     let mut rows = Vec::new();
     for (group, per_iteration) in GROUPS {
         let figure = |bench: &str| nanoseconds(&home, group, bench, per_iteration, since);

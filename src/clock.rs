@@ -38,6 +38,19 @@ impl Clock {
         model_time::now()
     }
 
+    /// `moment` in nanoseconds since the origin: each limiter of a composite has its own
+    /// origin, and one moment read once stands for the same instant on every one.
+    #[cfg(not(loom))]
+    pub(crate) fn at(&self, moment: Moment) -> u64 {
+        nanos(moment.0.saturating_duration_since(self.origin))
+    }
+
+    /// Under loom every clock reads the model's time.
+    #[cfg(loom)]
+    pub(crate) fn at(&self, moment: Moment) -> u64 {
+        moment.0
+    }
+
     /// The instant `at` nanoseconds after the origin, or `None` for [`NEVER`] and
     /// instants past what tokio can represent.
     pub(crate) fn instant(&self, at: u64) -> Option<Instant> {
@@ -63,6 +76,23 @@ impl Clock {
     /// would pass it.
     pub(crate) fn deadline(&self, timeout: Duration) -> u64 {
         self.now().saturating_add(nanos(timeout))
+    }
+}
+
+/// One reading of tokio's clock, for decisions that span limiters with different
+/// origins (see [`Clock::at`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Moment(#[cfg(not(loom))] Instant, #[cfg(loom)] u64);
+
+impl Moment {
+    #[cfg(not(loom))]
+    pub(crate) fn now() -> Moment {
+        Moment(Instant::now())
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn now() -> Moment {
+        Moment(model_time::now())
     }
 }
 

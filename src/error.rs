@@ -270,6 +270,18 @@ pub enum ConfigError {
         /// How many limits the bucket has.
         limits: usize,
     },
+    /// [`all`](crate::all) was given no limiter: a composite decides over at least one.
+    NoMembers,
+    /// [`all`](crate::all) was given the same limiter twice (two handles, or clones, of
+    /// one limiter): its place in line could not be held twice, so it is refused rather
+    /// than counted twice or merged silently. `first` and `second` are their positions,
+    /// from 0.
+    RepeatedMember {
+        /// The position of its first appearance.
+        first: usize,
+        /// The position of the next one.
+        second: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -343,6 +355,11 @@ impl fmt::Display for ConfigError {
                      numbered from 0"
                 )
             }
+            ConfigError::NoMembers => f.write_str("a composite was given no limiter"),
+            ConfigError::RepeatedMember { first, second } => write!(
+                f,
+                "members {first} and {second} of a composite are the same limiter"
+            ),
         }
     }
 }
@@ -496,3 +513,121 @@ fn too_many_keys(f: &mut fmt::Formatter<'_>, max_keys: usize) -> fmt::Result {
         "a new key was refused: {max_keys} keys are busy, the most this limiter tracks"
     )
 }
+
+/// Why a composite's [`try_acquire`](crate::All::try_acquire) admitted nothing. Nothing
+/// was counted by any member.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{all, Rate, TokenBucket, TryAcquireAllError, TryAcquireError};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let user = TokenBucket::new(Rate::per_second(1), 1)?;
+/// let global = TokenBucket::new(Rate::per_second(10), 5)?;
+/// let both = all((&user, &global))?;
+/// both.try_acquire(1)?;
+/// assert_eq!(
+///     both.try_acquire(1),
+///     Err(TryAcquireAllError::Limited { retry_after: Duration::from_secs(1) })
+/// );
+/// assert_eq!(
+///     both.try_acquire(2),
+///     Err(TryAcquireAllError::Member {
+///         member: 0,
+///         error: TryAcquireError::ExceedsLimit { requested: 2, limit: 1 },
+///     })
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TryAcquireAllError {
+    /// Some member refused it now, or others wait in some member's line. `retry_after`
+    /// is the latest of the refusing members' own: the time until every member would
+    /// admit it, if nobody else acquires first.
+    Limited {
+        /// How long until every member could admit the same request.
+        retry_after: Duration,
+    },
+    /// Member `member` (its position given to [`all`](crate::all), from 0) refused it
+    /// for good: [`TryAcquireError::ExceedsLimit`] or [`TryAcquireError::Closed`].
+    Member {
+        /// The member's position, from 0.
+        member: usize,
+        /// What the member said.
+        error: TryAcquireError,
+    },
+}
+
+impl fmt::Display for TryAcquireAllError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryAcquireAllError::Limited { retry_after } => {
+                write!(
+                    f,
+                    "rate limited by the composite; retry after {retry_after:?}"
+                )
+            }
+            TryAcquireAllError::Member { member, error } => {
+                write!(f, "member {member} of the composite: {error}")
+            }
+        }
+    }
+}
+
+impl Error for TryAcquireAllError {}
+
+/// Why a composite's [`acquire`](crate::All::acquire) did not succeed. Nothing was
+/// counted by any member, and its place in every line was given back.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{all, AcquireAllError, AcquireError, Rate, SlidingLog, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+/// let log = SlidingLog::new(3, Duration::from_secs(1))?;
+/// assert_eq!(
+///     all((&bucket, &log))?.acquire(4).await,
+///     Err(AcquireAllError::Member {
+///         member: 1,
+///         error: AcquireError::ExceedsLimit { requested: 4, limit: 3 },
+///     })
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireAllError {
+    /// Member `member` (its position given to [`all`](crate::all), from 0) refused it:
+    /// [`AcquireError::ExceedsLimit`] (at once, or later when a bucket's capacity is
+    /// lowered below it), a bucket's [`AcquireError::QueueFull`] (at once) or
+    /// [`AcquireError::Closed`] (at once, or when it closes).
+    Member {
+        /// The member's position, from 0.
+        member: usize,
+        /// What the member said.
+        error: AcquireError,
+    },
+    /// It had to wait, but it was polled outside a tokio runtime.
+    NoRuntime,
+}
+
+impl fmt::Display for AcquireAllError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireAllError::Member { member, error } => {
+                write!(f, "member {member} of the composite: {error}")
+            }
+            AcquireAllError::NoRuntime => {
+                f.write_str("the request must wait, but it was polled outside a tokio runtime")
+            }
+        }
+    }
+}
+
+impl Error for AcquireAllError {}

@@ -346,7 +346,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let limiter = self
-            .limiter(key)
+            .limiter_of(key)
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
         limiter.try_acquire(permits)
     }
@@ -406,12 +406,51 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limiter = self.limiter(key);
+        let limiter = self.limiter_of(key);
         async move {
             let limiter = limiter
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
             limiter.acquire(permits).await
         }
+    }
+
+    /// The limiter of `key`, made from the template if the key is new, as
+    /// [`acquire`](Keyed::acquire) finds it: for a request that takes from this key and
+    /// from other limiters in one decision (see [`all`](crate::all)). The key is not
+    /// forgotten while the returned `Arc` lives, nor while a composite waits in its
+    /// limiter's line.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::TooManyKeys`] when `key` is new,
+    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, and no room could be made (see
+    /// [the memory bound](Keyed#the-memory-bound)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use token_bucket::{all, Keyed, Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_ip: Keyed<IpAddr, TokenBucket> =
+    ///     Keyed::new(TokenBucket::new(Rate::per_second(5), 5)?);
+    /// let global = TokenBucket::new(Rate::per_second(500), 500)?;
+    /// let client: IpAddr = "192.0.2.1".parse()?;
+    /// all((per_ip.limiter(&client)?, &global))?.acquire(1).await?;
+    /// assert_eq!(per_ip.get(&client).map(|bucket| bucket.available()), Some(4));
+    /// assert_eq!(global.available(), 499);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn limiter<Q>(&self, key: &Q) -> Result<Arc<L>, TryAcquireError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.limiter_of(key)
+            .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
@@ -486,7 +525,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// The limiter of `key`, made if the key is new, with the shard's lock released.
-    fn limiter<Q>(&self, key: &Q) -> Result<Arc<L>, TooManyKeys>
+    fn limiter_of<Q>(&self, key: &Q) -> Result<Arc<L>, TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,

@@ -65,6 +65,29 @@
 //! admitted as of the instant its request fitted, so windows shorter than the timer's
 //! 1 ms tick still admit their limit per window.
 //!
+//! # Several limiters, one decision
+//!
+//! [`all`] makes a composite of independent limiters (a per-user and a global limit, say)
+//! that admits a request only when every member does, at one instant, and then counts it
+//! in every one; or counts nothing anywhere. Waiting, it keeps its place first in, first
+//! out in every member's line, holding nothing before it is granted; composites that
+//! share members never deadlock, and dropping one gives back every place. The cost: a
+//! composite at the head of one member's line holds that line while it waits for the
+//! others. `docs/composites.md` says it all, with the figures.
+//!
+//! ```
+//! use token_bucket::{all, Rate, TokenBucket};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let user = TokenBucket::new(Rate::per_second(5), 5)?;
+//! let global = TokenBucket::new(Rate::per_second(500), 500)?;
+//! all((&user, &global))?.acquire(1).await?;
+//! assert_eq!((user.available(), global.available()), (4, 499));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Errors, not panics
 //!
 //! Bad input gets an error naming the values: [`ConfigError`] for a zero rate, capacity
@@ -86,7 +109,9 @@ mod error;
 mod rate;
 mod sync;
 
-// What ties the rooms together: one trait for every limiter, and a limiter per key.
+// What ties the rooms together: one trait for every limiter, a limiter per key, and one
+// decision over several limiters.
+mod composite;
 mod keyed;
 mod limiter;
 
@@ -107,7 +132,11 @@ mod loom_tests;
 pub use bucket::{
     Builder, Closed, LimitStats, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout,
 };
-pub use error::{AcquireError, ConfigError, TakeError, TryAcquireError, TryTakeError};
+pub use composite::{all, All, Member, Members};
+pub use error::{
+    AcquireAllError, AcquireError, ConfigError, TakeError, TryAcquireAllError, TryAcquireError,
+    TryTakeError,
+};
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;
 pub use rate::{ParseRateError, Rate};
@@ -127,6 +156,9 @@ mod doc_pages {
 
     #[doc = include_str!("../docs/bucket.md")]
     struct Bucket;
+
+    #[doc = include_str!("../docs/composites.md")]
+    struct Composites;
 
     #[doc = include_str!("../docs/errors.md")]
     struct Errors;

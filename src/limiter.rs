@@ -134,37 +134,45 @@ pub trait Limiter: Send + Sync + 'static {
         Self: Sized;
 }
 
+/// A bucket's `try_take` refusal, as [`Limiter::try_acquire`] says it.
+pub(crate) fn try_acquire_error(error: TryTakeError) -> TryAcquireError {
+    match error {
+        TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
+        TryTakeError::ExceedsCapacity {
+            requested,
+            capacity,
+        } => TryAcquireError::ExceedsLimit {
+            requested,
+            limit: capacity,
+        },
+        TryTakeError::Closed => TryAcquireError::Closed,
+    }
+}
+
+/// A bucket's `take` error, as [`Limiter::acquire`] says it.
+pub(crate) fn acquire_error(error: TakeError) -> AcquireError {
+    match error {
+        TakeError::ExceedsCapacity {
+            requested,
+            capacity,
+        } => AcquireError::ExceedsLimit {
+            requested,
+            limit: capacity,
+        },
+        TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
+        TakeError::NoRuntime => AcquireError::NoRuntime,
+        // `take` has no deadline, so only a close is left.
+        TakeError::Timeout | TakeError::Closed | TakeError::RefillFailed => AcquireError::Closed,
+    }
+}
+
 impl Limiter for TokenBucket {
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.try_take(permits).map_err(|error| match error {
-            TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
-            TryTakeError::ExceedsCapacity {
-                requested,
-                capacity,
-            } => TryAcquireError::ExceedsLimit {
-                requested,
-                limit: capacity,
-            },
-            TryTakeError::Closed => TryAcquireError::Closed,
-        })
+        self.try_take(permits).map_err(try_acquire_error)
     }
 
     async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
-        self.take(permits).await.map_err(|error| match error {
-            TakeError::ExceedsCapacity {
-                requested,
-                capacity,
-            } => AcquireError::ExceedsLimit {
-                requested,
-                limit: capacity,
-            },
-            TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
-            TakeError::NoRuntime => AcquireError::NoRuntime,
-            // `take` has no deadline, so only a close is left.
-            TakeError::Timeout | TakeError::Closed | TakeError::RefillFailed => {
-                AcquireError::Closed
-            }
-        })
+        self.take(permits).await.map_err(acquire_error)
     }
 
     fn is_limited(&self) -> bool {

@@ -570,3 +570,69 @@ fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_fo
         assert_eq!(bucket.shared().fast.available(2 * SECOND), None);
     });
 }
+
+// ----- Composites: the lock order ------------------------------------------------------
+
+/// Two composites over the same two buckets in opposite orders (A+B beside B+A) race a
+/// plain `try_take` on A. The locks are taken in one global order, so no interleaving
+/// deadlocks (loom reports one as a failure); each composite takes from both or from
+/// neither, and the books balance: A counts both composites' grants and the plain one's,
+/// B the composites' alone.
+#[test]
+fn loom_composites_in_opposite_orders_never_deadlock_and_take_from_both_or_neither() {
+    model(|| {
+        let a = bucket(2, 2);
+        let b = bucket(1, 1);
+        let forward = {
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || crate::all((&a, &b)).unwrap().try_acquire(1).is_ok())
+        };
+        let backward = {
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || crate::all((&b, &a)).unwrap().try_acquire(1).is_ok())
+        };
+        let plain = on_thread(&a, |a| a.try_take(1).is_ok());
+        let composites = [forward, backward]
+            .into_iter()
+            .map(|racer| racer.join().unwrap())
+            .filter(|&won| won)
+            .count() as u64;
+        let plain = u64::from(plain.join().unwrap());
+        // B holds one token: exactly one composite wins it.
+        assert_eq!(composites, 1);
+        assert_eq!(a.stats().taken, composites + plain);
+        assert_eq!(b.stats().taken, composites);
+        assert_eq!(a.available(), 2 - composites - plain);
+    });
+}
+
+/// A composite over two fixed windows races a lock-free `try_acquire` on the first for
+/// its last permit. The composite seizes each window's word while it decides, so the
+/// plain try either comes first (and the composite is refused by that window, counting
+/// nothing in the second) or is refused: never both admitted, never one window counting
+/// the composite without the other.
+#[test]
+fn loom_a_composite_over_fixed_windows_and_a_lock_free_try_never_both_win() {
+    model(|| {
+        let first = Arc::new(FixedWindow::new(1, Duration::from_secs(1)).unwrap());
+        let second = Arc::new(FixedWindow::new(1, Duration::from_secs(1)).unwrap());
+        let composite = {
+            let (first, second) = (Arc::clone(&first), Arc::clone(&second));
+            thread::spawn(move || {
+                crate::all((&*first, &*second))
+                    .unwrap()
+                    .try_acquire(1)
+                    .is_ok()
+            })
+        };
+        let plain = {
+            let first = Arc::clone(&first);
+            thread::spawn(move || first.try_acquire(1).is_ok())
+        };
+        let composite = composite.join().unwrap();
+        let plain = plain.join().unwrap();
+        assert!(!(composite && plain), "both admitted into a window of 1");
+        assert_eq!(first.available(), 1 - u64::from(composite || plain));
+        assert_eq!(second.available(), 1 - u64::from(composite));
+    });
+}

@@ -182,8 +182,9 @@ async fn more_than_2_to_the_32_windows_of_idle_time_are_seen_exactly() {
     assert_eq!(limiter.try_acquire(1), limited(Duration::from_micros(1)));
 }
 
-/// The documented horizon at its narrowest, a limit of `u32::MAX` per nanosecond: 32 bits
-/// of window number, so idle gaps up to 2^31 windows are seen exactly, and a longer one
+/// The documented horizon at its narrowest, a limit of `u32::MAX` per nanosecond: 31 bits
+/// of window number (the word's top bit marks a composite deciding), so idle gaps up to
+/// 2^30 windows are seen exactly, and a longer one
 /// makes the limiter refuse until the window it believes current ends. It never admits
 /// more than the limit.
 #[tokio::test(start_paused = true)]
@@ -191,21 +192,21 @@ async fn past_the_horizon_an_untouched_limiter_over_refuses_but_never_over_admit
     let limit = u64::from(u32::MAX);
     let at_horizon = FixedWindow::new(limit, nanos(1)).unwrap();
     at_horizon.try_acquire(limit).unwrap();
-    advance(nanos(1 << 31)).await;
+    advance(nanos(1 << 30)).await;
     assert_eq!(
         at_horizon.available(),
         limit,
-        "2^31 windows are seen exactly"
+        "2^30 windows are seen exactly"
     );
 
     let past_horizon = FixedWindow::new(limit, nanos(1)).unwrap();
     past_horizon.try_acquire(limit).unwrap();
-    advance(nanos((1 << 31) + 1)).await;
-    // Taken for window 2^32, as full as window 0 was: refused until it ends.
-    assert_eq!(past_horizon.try_acquire(1), limited(nanos(1 << 31)));
+    advance(nanos((1 << 30) + 1)).await;
+    // Taken for window 2^31, as full as window 0 was: refused until it ends.
+    assert_eq!(past_horizon.try_acquire(1), limited(nanos(1 << 30)));
     assert_eq!(past_horizon.available(), 0);
-    advance(nanos((1 << 31) - 1)).await;
-    // Window 2^32 itself, whose tag is window 0's.
+    advance(nanos((1 << 30) - 1)).await;
+    // Window 2^31 itself, whose tag is window 0's.
     assert_eq!(past_horizon.try_acquire(1), limited(nanos(1)));
     advance(nanos(1)).await;
     assert_eq!(past_horizon.available(), limit);

@@ -22,10 +22,10 @@ use crate::bucket::refill;
 use crate::bucket::state::{Admission, Leaving, Settings, State};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
-use crate::clock::{self, Clock, NEVER};
+use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::rate::Rate;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
 
 /// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
 pub(crate) struct Shared {
@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
     /// buckets (a per-key one, say) are never watched and so never pay its allocations.
     close_watch: Mutex<CloseWatch>,
+    /// Orders the bucket among a composite's members.
+    identity: Identity,
     /// Makes the refill task panic, to test what a panic there does.
     #[cfg(all(test, not(loom)))]
     pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
@@ -185,6 +187,58 @@ impl Shared {
         drop(state);
         wakers.drain(..).for_each(Waker::wake);
         wakers
+    }
+}
+
+/// A bucket's state held by a composite (see `composite/`) while it decides over all its
+/// members. Released, it nudges the refill task if something became due sooner, then
+/// wakes the waiters decided under it, as every other change does.
+pub(crate) struct HeldBucket<'a> {
+    bucket: &'a TokenBucket,
+    state: Option<Locked<'a>>,
+}
+
+impl HeldBucket<'_> {
+    /// `moment` on this bucket's clock.
+    pub(crate) fn clock_at(&self, moment: Moment) -> u64 {
+        self.bucket.shared.clock.at(moment)
+    }
+
+    /// Makes sure a refill task serves those behind a hold once it leaves.
+    pub(crate) fn ensure_refill(&mut self) -> Result<(), TakeError> {
+        match &mut self.state {
+            Some(state) => refill::ensure_running(&self.bucket.shared, state),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Deref for HeldBucket<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        self.state.as_ref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for HeldBucket<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.state.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for HeldBucket<'_> {
+    fn drop(&mut self) {
+        let Some(mut state) = self.state.take() else {
+            return;
+        };
+        let shared = &*self.bucket.shared;
+        if state.refill_needs_nudge() {
+            shared.refill_signal.notify_one();
+        }
+        if state.has_wakers() {
+            shared.unlock_and_wake(state, Vec::new());
+        }
     }
 }
 
@@ -319,6 +373,7 @@ impl TokenBucket {
                 queue_limit: settings.queue_limit,
                 limits: 1 + settings.more.len(),
                 close_watch: Mutex::new(CloseWatch::Unwatched),
+                identity: Identity::new(),
                 #[cfg(all(test, not(loom)))]
                 panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -940,6 +995,8 @@ impl TokenBucket {
         let served_now = match request.kind {
             Kind::Take => self.shared.fast.take_now(request.tokens, now),
             Kind::Wait => self.shared.fast.holds(request.tokens, now),
+            // A composite's hold is joined under the lock (see `composite/`), never here.
+            Kind::Hold => false,
         };
         if served_now {
             return Ok(None);
@@ -1086,6 +1143,19 @@ impl TokenBucket {
         };
         TokenBucket::from_settings(settings)
             .expect("a live bucket's settings passed validation when it was made")
+    }
+
+    /// The state as of `moment`, held for a composite until the guard is dropped.
+    pub(crate) fn hold_lock(&self, moment: Moment) -> HeldBucket<'_> {
+        HeldBucket {
+            bucket: self,
+            state: Some(self.shared.lock(self.shared.clock.at(moment))),
+        }
+    }
+
+    /// What orders this bucket among a composite's members, the same for every clone.
+    pub(crate) fn identity(&self) -> usize {
+        self.shared.identity.of(&self.shared)
     }
 
     /// How many limits the bucket has.

@@ -40,5 +40,6 @@ mod unseen;
 
 pub use builder::Builder;
 pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
+pub(crate) use handle::HeldBucket;
 pub use handle::{Closed, TokenBucket};
 pub use stats::{LimitStats, Stats};

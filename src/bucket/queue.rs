@@ -36,6 +36,10 @@ pub(crate) enum Outcome {
 pub(crate) enum Kind {
     Take,
     Wait,
+    /// A composite's place (see `composite/`): it takes its tokens when the composite is
+    /// granted by every member at once, which the composite decides, never the bucket.
+    /// At the head it holds the line until then.
+    Hold,
 }
 
 /// What a waiter asks for.
@@ -51,7 +55,7 @@ impl Request {
     /// The tokens this request removes from the bucket when granted.
     pub(crate) fn consumes(&self) -> u64 {
         match self.kind {
-            Kind::Take => self.tokens,
+            Kind::Take | Kind::Hold => self.tokens,
             Kind::Wait => 0,
         }
     }
@@ -171,6 +175,13 @@ impl WaiterQueue {
             self.tombstones -= 1;
         }
         None
+    }
+
+    /// The first live waiter's id and waker, dropping tombstones in front of it.
+    pub(crate) fn head_waiter(&mut self) -> Option<(WaiterId, &Waker)> {
+        self.head()?;
+        let entry = self.entries.front()?;
+        Some((entry.id, entry.waker.as_ref()?))
     }
 
     /// Removes the head (which [`head`](WaiterQueue::head) returned) and returns its id and

@@ -22,7 +22,7 @@ use crate::bucket::counters::{Counted, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{Limit, Limits};
 use crate::bucket::outcomes::{Outcomes, Published};
-use crate::bucket::queue::{Outcome, Request, WaiterId, WaiterQueue};
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::NEVER;
@@ -82,6 +82,19 @@ pub(crate) enum Admission {
     Granted,
     /// It has to queue.
     MustWait,
+}
+
+/// Where a composite's hold stands in a bucket's line (see [`State::hold_standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// At the head, and the bucket holds its tokens now.
+    Ready,
+    /// At the head; the bucket holds its tokens from this instant on.
+    ReadyAt(u64),
+    /// Others are ahead of it: it is woken once it reaches the head.
+    Behind,
+    /// It is no longer queued: the bucket closed, or its capacity fell below the request.
+    Left(Outcome),
 }
 
 /// Why a queued waiter leaves the queue early.
@@ -145,6 +158,9 @@ pub(crate) struct State {
     wakers: Vec<Waker>,
     /// The outcomes of waiters that have left the queue, until they read them.
     outcomes: Outcomes,
+    /// The composite hold last woken for reaching the head, so that it is woken once
+    /// there, not at every look (it then decides when to look again).
+    hold_woken: Option<WaiterId>,
 }
 
 impl State {
@@ -163,6 +179,7 @@ impl State {
             refill_wake: NEVER,
             wakers: Vec::new(),
             outcomes: Outcomes::default(),
+            hold_woken: None,
         }
     }
 
@@ -220,6 +237,12 @@ impl State {
         }
         let mut due = NEVER;
         while let Some(head) = self.queue.head() {
+            if head.kind == Kind::Hold {
+                // A composite's place: it holds the line until the composite decides,
+                // and is told once that it reached the head.
+                self.wake_hold_at_head();
+                break;
+            }
             let ready_at = self.limits.ready_at(head.tokens);
             if head.deadline < ready_at {
                 if head.deadline > now {
@@ -280,8 +303,20 @@ impl State {
     }
 
     pub(crate) fn try_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
+        let result = self.check_take(tokens, now);
+        match result {
+            Ok(()) => self.take_checked(tokens),
+            Err(_) => self.note_denied(),
+        }
+        result
+    }
+
+    /// Whether [`try_take`](State::try_take) would take `tokens` at `now`, taking and
+    /// counting nothing. A composite asks each member this before it takes
+    /// from any (see `composite/`).
+    pub(crate) fn check_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
         self.serve(now);
-        let result = if self.closed {
+        if self.closed {
             Err(TryTakeError::Closed)
         } else if tokens == 0 {
             // Taking nothing cannot jump the queue.
@@ -292,9 +327,6 @@ impl State {
                 capacity: self.capacity(),
             })
         } else if self.queue.is_empty() && self.limits.tokens() >= tokens {
-            self.before_take(tokens);
-            self.limits.take(tokens);
-            self.tally.add_taken(tokens);
             Ok(())
         } else {
             let wait = match self.limits.wait_behind(&self.queue, tokens) {
@@ -303,11 +335,104 @@ impl State {
                 nanos => Duration::from_nanos(nanos),
             };
             Err(TryTakeError::Insufficient { retry_after: wait })
-        };
-        if result.is_err() {
-            self.tally.add_denied();
         }
-        result
+    }
+
+    /// Counts a request refused.
+    pub(crate) fn note_denied(&mut self) {
+        self.tally.add_denied();
+    }
+
+    /// Takes `tokens`, which [`check_take`](State::check_take) allowed in this same lock
+    /// section.
+    pub(crate) fn take_checked(&mut self, tokens: u64) {
+        self.before_take(tokens);
+        self.limits.take(tokens);
+        self.tally.add_taken(tokens);
+    }
+
+    // ----- A composite's hold (see `composite/`) --------------------------------------
+
+    /// Whether a composite may hold a place for `tokens`: the bucket is open, the tokens
+    /// fit its smallest capacity and its queue limit. Nothing is granted here, even with
+    /// the tokens there: the composite decides over all its members at once.
+    pub(crate) fn admit_hold(&mut self, tokens: u64, now: u64) -> Result<(), TakeError> {
+        self.serve(now);
+        if self.closed {
+            return Err(TakeError::Closed);
+        }
+        if tokens > self.capacity() {
+            return Err(TakeError::ExceedsCapacity {
+                requested: tokens,
+                capacity: self.capacity(),
+            });
+        }
+        if let Some(limit) = self.queue_limit {
+            let queued = self.queue.tokens();
+            if queued
+                .checked_add(tokens)
+                .map_or(true, |total| total > limit)
+            {
+                return Err(TakeError::QueueFull { queued, limit });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where hold `id` for `tokens` stands at `now`; while it is queued, `waker` is the
+    /// one to wake when it reaches the head.
+    pub(crate) fn hold_standing(
+        &mut self,
+        id: WaiterId,
+        tokens: u64,
+        waker: &Waker,
+        now: u64,
+    ) -> Standing {
+        self.serve(now);
+        if !self.queue.register(id, waker) {
+            return Standing::Left(self.outcomes.take(id));
+        }
+        if self.queue.head_waiter().map(|(head, _)| head) != Some(id) {
+            return Standing::Behind;
+        }
+        // At the head, it has been told so.
+        self.hold_woken = Some(id);
+        let ready_at = self.limits.ready_at(tokens);
+        if ready_at <= now {
+            Standing::Ready
+        } else {
+            Standing::ReadyAt(ready_at)
+        }
+    }
+
+    /// Takes hold `id`'s `tokens` and removes it from the head: the composite was granted
+    /// by every member at `now`, which [`hold_standing`](State::hold_standing) said
+    /// `Ready` in this same lock section. Those behind it are served from `now` on.
+    pub(crate) fn commit_hold(&mut self, id: WaiterId, tokens: u64, now: u64) {
+        debug_assert_eq!(self.queue.head_waiter().map(|(head, _)| head), Some(id));
+        self.before_take(tokens);
+        self.limits.take(tokens);
+        if self.queue.pop_head().is_some() {
+            self.tally.add_taken(tokens);
+            self.outcomes.granted(id);
+        }
+        self.serve(now);
+    }
+
+    /// The tokens or the rate changed other than by time: a hold at the head may be
+    /// ready sooner than its composite planned, so it is woken again.
+    fn hold_changed(&mut self) {
+        self.hold_woken = None;
+    }
+
+    /// Wakes the hold at the head, once.
+    fn wake_hold_at_head(&mut self) {
+        if let Some((id, waker)) = self.queue.head_waiter() {
+            if self.hold_woken != Some(id) {
+                self.wakers.push(waker.clone());
+                self.hold_woken = Some(id);
+            }
+        }
     }
 
     /// Decides a request on its first poll: served now, refused now, or it must queue.
@@ -437,6 +562,7 @@ impl State {
     /// already at `now`, and a refund never makes a burst larger than a capacity.
     fn put_back(&mut self, tokens: u64, now: u64) {
         self.limits.refund(tokens);
+        self.hold_changed();
         self.serve(now);
     }
 
@@ -469,6 +595,7 @@ impl State {
         self.serve(now);
         self.limits.note_headroom();
         self.limits.set_rate(index, rate);
+        self.hold_changed();
         Ok(())
     }
 
@@ -503,6 +630,7 @@ impl State {
             },
         );
         self.limits.set_capacity(index, capacity);
+        self.hold_changed();
         // A waiter that left may have held smaller ones back.
         self.serve(now);
     }
@@ -619,6 +747,8 @@ impl State {
             return NEVER;
         }
         match self.queue.head() {
+            // The composite holding the head decides when to look again.
+            Some(head) if head.kind == Kind::Hold => NEVER,
             Some(head) => self.limits.ready_at(head.tokens).min(head.deadline),
             None => NEVER,
         }
@@ -658,7 +788,6 @@ impl State {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::bucket::queue::Kind;
 
     const SECOND: u64 = 1_000_000_000;
     const NOTHING_COUNTED: Counted = Counted {

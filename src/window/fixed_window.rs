@@ -6,11 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{duration_from_nanos, nanos, Clock, NEVER};
+use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
+use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
-use crate::sync::AtomicU64;
-use crate::window::turnstile::Turnstile;
+use crate::sync::{AtomicU64, Identity};
+use crate::window::turnstile::{Line, Turnstile};
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
 /// window number keeps at least 32.
@@ -107,18 +108,19 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// # After a long idle time
 ///
 /// The count takes just enough bits for the limit (`b` bits, the bit length of `limit`,
-/// at most 32); the window's number keeps its low `64 - b` bits. Callers compare window
-/// numbers modulo 2<sup>64−b</sup>: a stored window up to 2<sup>63−b</sup> windows ahead
-/// is taken for a newer one, any other for an older one. So a limiter untouched for more
-/// than 2<sup>63−b</sup> windows may take its last window for a newer one, or (after an
-/// exact multiple of 2<sup>64−b</sup> windows) for the current one. It then refuses more
-/// than it should until that window would end; it never admits more than `limit`.
+/// at most 32); the top bit marks a [composite](crate::all) deciding, and the window's
+/// number keeps its low `63 - b` bits. Callers compare window numbers modulo
+/// 2<sup>63−b</sup>: a stored window up to 2<sup>62−b</sup> windows ahead is taken for a
+/// newer one, any other for an older one. So a limiter untouched for more than
+/// 2<sup>62−b</sup> windows may take its last window for a newer one, or (after an exact
+/// multiple of 2<sup>63−b</sup> windows) for the current one. It then refuses more than
+/// it should until that window would end; it never admits more than `limit`.
 ///
-/// This needs a window shorter than 2<sup>b+1</sup> nanoseconds: with a longer one,
-/// 2<sup>63−b</sup> windows outlast the clock's range (`u64` nanoseconds, 584 years). It
-/// cannot happen with windows of 1 ms or more and a limit up to 262 143, nor with windows
-/// of 8.6 s or more and any limit. At worst (a limit of `u32::MAX` per nanosecond) the
-/// idle time that is still seen exactly is 2<sup>31</sup> ns, 2.1 s.
+/// This needs a window shorter than 2<sup>b+2</sup> nanoseconds: with a longer one,
+/// 2<sup>62−b</sup> windows outlast the clock's range (`u64` nanoseconds, 584 years). It
+/// cannot happen with windows of 1 ms or more and a limit up to 131 071, nor with windows
+/// of 17.2 s or more and any limit. At worst (a limit of `u32::MAX` per nanosecond) the
+/// idle time that is still seen exactly is 2<sup>30</sup> ns, 1.07 s.
 ///
 /// # Runtime
 ///
@@ -145,6 +147,8 @@ struct Shared {
     state: AtomicU64,
     clock: Clock,
     turnstile: Turnstile,
+    /// Orders the limiter among a composite's members.
+    identity: Identity,
 }
 
 impl FixedWindow {
@@ -209,6 +213,7 @@ impl FixedWindow {
                 state: AtomicU64::new(layout.pack(current, 0)),
                 clock,
                 turnstile: Turnstile::default(),
+                identity: Identity::new(),
             }),
         }
     }
@@ -281,6 +286,11 @@ impl Shared {
             if count > self.limit {
                 return Err(self.retry_after(now, current, permits, false));
             }
+            if word & SEIZED != 0 {
+                // A composite is deciding over this window (for nanoseconds): it is
+                // ahead, as a waiter in line would be.
+                return Err(Duration::ZERO);
+            }
             let next = self.layout.pack(current.window(), count);
             match self
                 .state
@@ -322,6 +332,12 @@ impl Shared {
             if !fits && start > u128::from(now) {
                 return Err(u64::try_from(start).unwrap_or(NEVER));
             }
+            // A composite seizes the word only while nobody else is at the head.
+            debug_assert_eq!(
+                word & SEIZED,
+                0,
+                "a head admitted while a composite decides"
+            );
             let next = self.layout.pack(window, count);
             match self
                 .state
@@ -532,7 +548,8 @@ impl Limiter for FixedWindow {
                 return;
             }
             let count = current.count - permits.min(current.count);
-            let next = shared.layout.pack(current.window(), count);
+            // A composite deciding meanwhile keeps the word seized; it only gains room.
+            let next = shared.layout.pack(current.window(), count) | (word & SEIZED);
             match shared.state.compare_exchange_weak(
                 word,
                 next,
@@ -626,8 +643,15 @@ impl fmt::Debug for FixedWindow {
     }
 }
 
+/// Set in the state word while a composite decides over this limiter (see `composite/`):
+/// `try_acquire`'s compare-and-swap then fails, and it refuses as if a waiter were ahead,
+/// so nothing changes the count between the composite's check and its record but a
+/// refund, which only makes room.
+const SEIZED: u64 = 1 << 63;
+
 /// How the state word is split: the count in the low `count_bits` bits, just enough for
-/// the limit, and the window number's low bits (its *tag*) in all the bits above.
+/// the limit, the window number's low bits (its *tag*) in the bits above but the top one,
+/// and [`SEIZED`] in the top one.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     count_bits: u32,
@@ -642,7 +666,7 @@ impl Layout {
 
     /// The bits of a window number that the word keeps.
     fn tag_mask(self) -> u64 {
-        u64::MAX >> self.count_bits
+        u64::MAX >> (self.count_bits + 1)
     }
 
     fn pack(self, window: u64, count: u64) -> u64 {
@@ -653,7 +677,7 @@ impl Layout {
     /// stored `word`: the stored one when it is that window or a newer one (tags compared
     /// modulo their width, up to half of it ahead), else a new, empty one.
     fn read(self, word: u64, clock_window: u64) -> Current {
-        let stored = word >> self.count_bits;
+        let stored = (word & !SEIZED) >> self.count_bits;
         let ahead = stored.wrapping_sub(clock_window) & self.tag_mask();
         if ahead <= self.tag_mask() >> 1 {
             Current {
@@ -712,6 +736,120 @@ impl Packing {
     }
 }
 
+/// The word seized for a composite, with the line's record held so that no other
+/// composite seizes it and nobody joins the line meanwhile; released when dropped.
+struct HeldFixed<'a> {
+    shared: &'a Shared,
+    _line: std::sync::MutexGuard<'a, Line>,
+    /// The decision's instant on this limiter's clock.
+    now: u64,
+}
+
+impl HeldFixed<'_> {
+    fn current(&self) -> Current {
+        let word = self.shared.state.load(Ordering::Acquire);
+        self.shared
+            .layout
+            .read(word, self.now / self.shared.window_nanos)
+    }
+}
+
+impl Drop for HeldFixed<'_> {
+    fn drop(&mut self) {
+        self.shared.state.fetch_and(!SEIZED, Ordering::AcqRel);
+    }
+}
+
+impl WindowHeld for HeldFixed<'_> {
+    fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
+        let shared = self.shared;
+        if shared.exceeds_limit(permits) {
+            return Err(TryAcquireError::ExceedsLimit {
+                requested: permits,
+                limit: shared.limit,
+            });
+        }
+        let current = self.current();
+        let waiting = shared.turnstile.is_waiting();
+        if !waiting && current.count + permits <= shared.limit {
+            return Ok(());
+        }
+        let retry_after = shared.retry_after(self.now, current, permits, waiting);
+        Err(TryAcquireError::Limited { retry_after })
+    }
+
+    fn ready_at(&mut self, permits: u64) -> Option<u64> {
+        let current = self.current();
+        if current.count + permits <= self.shared.limit {
+            return None;
+        }
+        let next = u128::from(current.clock_window) + u128::from(current.ahead) + 1;
+        let start = next.saturating_mul(self.shared.window.as_nanos());
+        Some(u64::try_from(start).unwrap_or(NEVER))
+    }
+
+    fn record(&mut self, permits: u64) -> u64 {
+        let shared = self.shared;
+        let mut word = shared.state.load(Ordering::Acquire);
+        loop {
+            // Only a refund can have changed the word since the check, making room.
+            let current = shared.layout.read(word, self.now / shared.window_nanos);
+            let next = shared
+                .layout
+                .pack(current.window(), current.count + permits)
+                | SEIZED;
+            match shared.state.compare_exchange_weak(
+                word,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return self.now,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
+
+impl Window for FixedWindow {
+    fn identity(&self) -> usize {
+        self.shared.identity.of(&self.shared)
+    }
+
+    fn limit(&self) -> u64 {
+        self.shared.limit
+    }
+
+    fn turnstile(&self) -> &Turnstile {
+        &self.shared.turnstile
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
+    fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_> {
+        let shared = &*self.shared;
+        let line = shared.turnstile.line();
+        // Under the line's record no other composite seizes: only lock-free callers
+        // race this, and they never set the bit.
+        shared.state.fetch_or(SEIZED, Ordering::AcqRel);
+        Box::new(HeldFixed {
+            shared,
+            _line: line,
+            now: shared.clock.at(moment),
+        })
+    }
+}
+
+impl Sealed for FixedWindow {
+    fn part(&self) -> Hook<'_> {
+        Hook(Part::Window(self))
+    }
+}
+
+impl Member for FixedWindow {}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use std::collections::HashMap;
@@ -727,36 +865,40 @@ mod tests {
         assert_eq!(Layout::for_limit(MAX_LIMIT).count_bits, 32);
         let layout = Layout::for_limit(MAX_LIMIT);
         let word = layout.pack(u64::MAX, MAX_LIMIT);
-        assert_eq!(word, u64::MAX);
-        let current = layout.read(word, u64::from(u32::MAX));
+        // Every bit but the top one, kept for a composite's seize.
+        assert_eq!(word, u64::MAX >> 1);
+        let current = layout.read(word, u64::from(u32::MAX >> 1));
+        assert_eq!((current.ahead, current.count), (0, MAX_LIMIT));
+        // Seized, it reads the same.
+        let current = layout.read(word | SEIZED, u64::from(u32::MAX >> 1));
         assert_eq!((current.ahead, current.count), (0, MAX_LIMIT));
     }
 
     #[test]
     fn a_stored_window_is_the_same_newer_or_older_by_the_wrapping_distance() {
-        // 32-bit tags: windows are compared modulo 2^32, newer up to 2^31 - 1 ahead.
+        // 31-bit tags: windows are compared modulo 2^31, newer up to 2^30 - 1 ahead.
         let layout = Layout::for_limit(MAX_LIMIT);
-        let stored = layout.pack(1 << 32, 7); // tag 0
+        let stored = layout.pack(1 << 31, 7); // tag 0
         let read = |clock_window: u64| {
             let current = layout.read(stored, clock_window);
             (current.window(), current.count)
         };
-        assert_eq!(read(1 << 32), (1 << 32, 7), "the same window");
+        assert_eq!(read(1 << 31), (1 << 31, 7), "the same window");
         assert_eq!(
-            read((1 << 32) - 1),
-            (1 << 32, 7),
+            read((1 << 31) - 1),
+            (1 << 31, 7),
             "a caller one window behind"
         );
         assert_eq!(
-            read((1 << 32) - ((1 << 31) - 1)),
-            (1 << 32, 7),
+            read((1 << 31) - ((1 << 30) - 1)),
+            (1 << 31, 7),
             "a caller as far behind as a newer window is believed"
         );
-        assert_eq!(read((1 << 32) + 1), ((1 << 32) + 1, 0), "one window later");
+        assert_eq!(read((1 << 31) + 1), ((1 << 31) + 1, 0), "one window later");
         assert_eq!(
-            read((1 << 32) + (1 << 31)),
-            ((1 << 32) + (1 << 31), 0),
-            "2^31 windows later, the last gap seen exactly"
+            read((1 << 31) + (1 << 30)),
+            ((1 << 31) + (1 << 30), 0),
+            "2^30 windows later, the last gap seen exactly"
         );
     }
 

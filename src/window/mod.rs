@@ -18,7 +18,7 @@ mod ring;
 mod sliding;
 mod sliding_log;
 mod sliding_window;
-mod turnstile;
+pub(crate) mod turnstile;
 
 pub use fixed_window::FixedWindow;
 pub use sliding_log::SlidingLog;

@@ -14,8 +14,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::clock::{duration_from_nanos, Clock, NEVER};
+use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
+use crate::sync::Identity;
 use crate::window::turnstile::Turnstile;
 
 /// The grants of one sliding limiter, behind its lock.
@@ -90,6 +91,8 @@ struct Shared<T: Tally> {
     clock: Clock,
     tally: Mutex<T>,
     turnstile: Turnstile,
+    /// Orders the limiter among a composite's members.
+    identity: Identity,
 }
 
 impl<T: Tally> Clone for Sliding<T> {
@@ -115,6 +118,7 @@ impl<T: Tally> Sliding<T> {
                 clock,
                 tally: Mutex::new(T::new(&settings)),
                 turnstile: Turnstile::default(),
+                identity: Identity::new(),
             }),
         }
     }
@@ -162,9 +166,16 @@ impl<T: Tally> Sliding<T> {
     /// until they could be, after those in line: what `try_acquire` does.
     fn admit(&self, permits: u64) -> Result<(), TryAcquireError> {
         let (mut tally, now) = self.lock();
+        self.check(&tally, permits, now)?;
+        tally.record(permits, now);
+        Ok(())
+    }
+
+    /// Whether `permits` (from 1 to the limit) fit `tally` at `now` with nobody in line;
+    /// else how long until they would, after those in line.
+    fn check(&self, tally: &T, permits: u64, now: u64) -> Result<(), TryAcquireError> {
         let line_ahead = self.shared.turnstile.is_waiting();
         if !line_ahead && tally.fits(permits, now) {
-            tally.record(permits, now);
             return Ok(());
         }
         let mut requests = Vec::new();
@@ -174,7 +185,7 @@ impl<T: Tally> Sliding<T> {
                 .for_each_in_line(|waiting| requests.push(waiting));
         }
         requests.push(permits);
-        let ready_at = ready_at(&*tally, self.shared.settings.limit, &requests, now);
+        let ready_at = ready_at(tally, self.shared.settings.limit, &requests, now);
         Err(TryAcquireError::Limited {
             retry_after: duration_from_nanos(ready_at - u128::from(now)),
         })
@@ -276,6 +287,69 @@ impl<T: Tally> Sliding<T> {
             .field("counted", &counted)
             .field("queued_permits", &self.queued_permits())
             .finish()
+    }
+}
+
+/// A sliding limiter's tally, held by a composite while it decides (see `composite/`).
+pub(crate) struct HeldSliding<'a, T: Tally> {
+    sliding: &'a Sliding<T>,
+    tally: MutexGuard<'a, T>,
+    /// The decision's instant on this limiter's clock, never below the floor.
+    now: u64,
+}
+
+impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
+    fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
+        if let Screened::ExceedsLimit { requested, limit } = self.sliding.screen(permits) {
+            return Err(TryAcquireError::ExceedsLimit { requested, limit });
+        }
+        self.sliding.check(&self.tally, permits, self.now)
+    }
+
+    fn ready_at(&mut self, permits: u64) -> Option<u64> {
+        if self.tally.fits(permits, self.now) {
+            return None;
+        }
+        let limit = self.sliding.shared.settings.limit;
+        let at = ready_at(&*self.tally, limit, &[permits], self.now);
+        Some(u64::try_from(at).unwrap_or(NEVER))
+    }
+
+    fn record(&mut self, permits: u64) -> u64 {
+        self.tally.record(permits, self.now);
+        self.now
+    }
+}
+
+impl<T: Tally> crate::composite::Window for Sliding<T> {
+    fn identity(&self) -> usize {
+        self.shared.identity.of(&self.shared)
+    }
+
+    fn limit(&self) -> u64 {
+        self.shared.settings.limit
+    }
+
+    fn turnstile(&self) -> &Turnstile {
+        &self.shared.turnstile
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
+    fn hold(&self, moment: Moment) -> Box<dyn crate::composite::WindowHeld + '_> {
+        let tally = self
+            .shared
+            .tally
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = self.shared.clock.at(moment).max(tally.floor());
+        Box::new(HeldSliding {
+            sliding: self,
+            tally,
+            now,
+        })
     }
 }
 
@@ -436,6 +510,14 @@ macro_rules! impl_limiter {
                 self.sliding.debug(stringify!($limiter), f)
             }
         }
+
+        impl $crate::composite::Sealed for $limiter {
+            fn part(&self) -> $crate::composite::Hook<'_> {
+                $crate::composite::Hook($crate::composite::Part::Window(&self.sliding))
+            }
+        }
+
+        impl $crate::composite::Member for $limiter {}
     };
 }
 

@@ -4,10 +4,10 @@
 
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::PoisonError;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use futures::future::select;
 use tokio::runtime::Handle;
@@ -67,7 +67,9 @@ impl Turnstile {
         }
     }
 
-    fn line(&self) -> std::sync::MutexGuard<'_, Line> {
+    /// The record of the line, held: while it is, nobody joins. A composite holds it for
+    /// every window it joins, so that it joins all of them at once (see `composite/`).
+    pub(crate) fn line(&self) -> std::sync::MutexGuard<'_, Line> {
         // Nothing panics while holding it, so a poisoned line is still consistent.
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -145,6 +147,65 @@ impl Turnstile {
     }
 }
 
+/// A composite's place in this line (see `composite/`): joined like any waiter's, and at
+/// the head once its lock is handed over. It acquires nothing itself; the composite
+/// records its admission in every member at one instant and says when with
+/// [`admitted`](Queued::admitted). Dropped otherwise, it leaves the line, and the next
+/// head's turn begins now.
+pub(crate) struct Queued<'a> {
+    _in_line: InLine<'a>,
+    clock: &'a Clock,
+    lock: Pin<Box<dyn Future<Output = MutexGuard<'a, u64>> + Send + 'a>>,
+    head: Option<MutexGuard<'a, u64>>,
+    admitted_at: Option<u64>,
+}
+
+impl<'a> Queued<'a> {
+    /// Joins `turnstile`'s line, whose record the caller holds as `line`, and queues on
+    /// its lock with `context`'s waker.
+    pub(crate) fn join(
+        turnstile: &'a Turnstile,
+        line: &mut Line,
+        clock: &'a Clock,
+        permits: u64,
+        context: &mut Context<'_>,
+    ) -> Queued<'a> {
+        let in_line = InLine::join(turnstile, line, permits);
+        let mut queued = Queued {
+            _in_line: in_line,
+            clock,
+            lock: Box::pin(turnstile.head.lock()),
+            head: None,
+            admitted_at: None,
+        };
+        queued.poll_head(context);
+        queued
+    }
+
+    /// Whether it is at the head; if not, `context`'s task is woken once it is.
+    pub(crate) fn poll_head(&mut self, context: &mut Context<'_>) -> bool {
+        if self.head.is_none() {
+            if let Poll::Ready(guard) = self.lock.as_mut().poll(context) {
+                self.head = Some(guard);
+            }
+        }
+        self.head.is_some()
+    }
+
+    /// The composite was admitted at `at`: the next head's turn begins then.
+    pub(crate) fn admitted(&mut self, at: u64) {
+        self.admitted_at = Some(at);
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(turn_began) = &mut self.head {
+            **turn_began = self.admitted_at.unwrap_or_else(|| self.clock.now());
+        }
+    }
+}
+
 /// The waiter at the head of the line, holding the lock. The lock keeps the instant the
 /// last head left, admitted or not: that is when the next head's turn began.
 struct Head<'a> {
@@ -167,7 +228,7 @@ impl Drop for Head<'_> {
 
 /// The waiters' requests in line order, each with a ticket to find it when it leaves.
 #[derive(Debug, Default)]
-struct Line {
+pub(crate) struct Line {
     places: VecDeque<Place>,
     next_ticket: u64,
 }

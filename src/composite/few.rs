@@ -1,0 +1,65 @@
+//! [`Few`]: a composite's members in lock order, inline up to three so that deciding over
+//! a tuple of members allocates nothing.
+
+/// Members kept inline before spilling to the heap: tuples of members have at most three.
+const INLINE: usize = 3;
+
+/// Up to [`INLINE`] values inline, the rest in a vector, in the order pushed.
+pub(crate) struct Few<T> {
+    inline: [Option<T>; INLINE],
+    heap: Vec<T>,
+}
+
+impl<T> Few<T> {
+    pub(crate) fn new() -> Few<T> {
+        Few {
+            inline: [None, None, None],
+            heap: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, value: T) {
+        match self.inline.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(value),
+            None => self.heap.push(value),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.inline.iter().flatten().chain(self.heap.iter())
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.inline.iter_mut().flatten().chain(self.heap.iter_mut())
+    }
+}
+
+impl<T> FromIterator<T> for Few<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(values: I) -> Few<T> {
+        let mut few = Few::new();
+        for value in values {
+            few.push(value);
+        }
+        few
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_order_pushed_past_the_inline_slots() {
+        let few: Few<u32> = (0..7).collect();
+        assert_eq!(
+            few.iter().copied().collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5, 6]
+        );
+        let mut few = few;
+        few.iter_mut().for_each(|value| *value *= 2);
+        assert_eq!(
+            few.iter().copied().collect::<Vec<_>>(),
+            [0, 2, 4, 6, 8, 10, 12]
+        );
+    }
+}

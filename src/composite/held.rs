@@ -1,0 +1,116 @@
+//! Every member's lock held at once, in the global lock order, and what a composite
+//! decides under them: at one instant, from one reading of tokio's clock.
+//!
+//! Locks are always taken in the order of the members' identities, whichever order the
+//! members were given in, so two composites that share members (A+B beside B+A, or
+//! A+B, B+C and C+A) never each hold a lock the other waits for.
+
+use std::time::Duration;
+
+use crate::bucket::HeldBucket;
+use crate::clock::{Clock, Moment, NEVER};
+use crate::composite::few::Few;
+use crate::composite::member::{Indexed, Part, WindowHeld};
+use crate::error::{TryAcquireAllError, TryAcquireError};
+use crate::limiter::try_acquire_error;
+
+/// One member's state, held.
+pub(crate) enum Held<'a> {
+    Bucket(HeldBucket<'a>),
+    Window {
+        held: Box<dyn WindowHeld + 'a>,
+        clock: &'a Clock,
+    },
+}
+
+/// A member held, with its position among those given to `all`.
+pub(crate) struct HeldMember<'a> {
+    pub(crate) member: usize,
+    pub(crate) held: Held<'a>,
+}
+
+/// Reads the clock once, then locks every member of `parts` in lock order: every member
+/// decides at that one instant (or, if a member's state is already past it, because a
+/// thread outside the runtime read a later clock, at its own latest instant).
+pub(crate) fn lock_all<'a>(parts: &Few<Indexed<'a>>) -> (Few<HeldMember<'a>>, Moment) {
+    let moment = Moment::now();
+    let held = parts
+        .iter()
+        .map(|indexed| HeldMember {
+            member: indexed.member,
+            held: match indexed.part {
+                Part::Bucket(bucket) => Held::Bucket(bucket.hold_lock(moment)),
+                Part::Window(window) => Held::Window {
+                    held: window.hold(moment),
+                    clock: window.clock(),
+                },
+            },
+        })
+        .collect();
+    (held, moment)
+}
+
+/// A composite's `try_acquire`: every member admits `permits` at one instant with nobody
+/// in its line, and each counts them, or none counts anything.
+///
+/// A refusal is counted as denied by each bucket that refused when `count_denials`.
+/// Zero permits are admitted by every open member at once, as each member admits them.
+pub(crate) fn try_all(
+    parts: &Few<Indexed<'_>>,
+    permits: u64,
+    count_denials: bool,
+) -> Result<(), TryAcquireAllError> {
+    let (mut held, moment) = lock_all(parts);
+    let mut refused: Option<(usize, TryAcquireError)> = None;
+    let mut retry_after = Duration::ZERO;
+    let mut limited = false;
+    for member in held.iter_mut() {
+        let verdict = match &mut member.held {
+            Held::Bucket(state) => {
+                let now = state.clock_at(moment);
+                let verdict = state.check_take(permits, now).map_err(try_acquire_error);
+                if verdict.is_err() && count_denials {
+                    state.note_denied();
+                }
+                verdict
+            }
+            // Nothing is taken, so the line is not jumped.
+            Held::Window { .. } if permits == 0 => Ok(()),
+            Held::Window { held, .. } => held.check(permits),
+        };
+        match verdict {
+            Ok(()) => {}
+            Err(TryAcquireError::Limited { retry_after: wait }) => {
+                limited = true;
+                retry_after = retry_after.max(wait);
+            }
+            Err(error) => {
+                // The first member given, of those refusing for good.
+                if refused.map_or(true, |(first, _)| member.member < first) {
+                    refused = Some((member.member, error));
+                }
+            }
+        }
+    }
+    if let Some((member, error)) = refused {
+        return Err(TryAcquireAllError::Member { member, error });
+    }
+    if limited {
+        return Err(TryAcquireAllError::Limited { retry_after });
+    }
+    for member in held.iter_mut() {
+        match &mut member.held {
+            Held::Bucket(state) => state.take_checked(permits),
+            Held::Window { .. } if permits == 0 => {}
+            Held::Window { held, .. } => {
+                held.record(permits);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The instant `at` on `clock` as a tokio instant; `None` for never.
+pub(crate) fn instant_of(clock: &Clock, at: u64) -> Option<tokio::time::Instant> {
+    (at != NEVER).then(|| clock.instant(at)).flatten()
+}

@@ -1,0 +1,24 @@
+//! Composites: one decision over several independent limiters ([`all`]).
+//!
+//! - `all.rs`: [`all`] and [`All`], the public face.
+//! - `member.rs`: [`Member`] and [`Members`], what a composite can be made of, and the
+//!   global order the members' locks are taken in.
+//! - `held.rs`: every member's lock held at once, one reading of the clock, and
+//!   `try_acquire`'s decision under them.
+//! - `waiting.rs`: `acquire`'s places in every member's line, joined at once, and the
+//!   decision it makes once at the head of each; giving them back when dropped.
+//! - `few.rs`: the members in lock order, inline for tuples.
+//!
+//! It uses the bucket (a hold in its queue, see `bucket/state.rs`) and the window
+//! limiters (a place in their line, see `window/turnstile.rs`) through crate-private
+//! hooks, which a user's [`Limiter`](crate::Limiter) does not have.
+
+mod all;
+mod few;
+mod held;
+mod member;
+mod waiting;
+
+pub use all::{all, All};
+pub(crate) use member::{Hook, Part, Sealed, Window, WindowHeld};
+pub use member::{Member, Members};

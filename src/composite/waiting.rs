@@ -1,0 +1,300 @@
+//! A composite's [`acquire`](crate::All::acquire): its places in every member's line,
+//! joined at once, and the decision it makes, under every member's lock, once it is at
+//! the head of each.
+//!
+//! A bucket holds the composite's place as a *hold* in its queue: nothing is taken, and
+//! at the head it stops the bucket's line (the bucket keeps accruing, capped at its
+//! capacity) and wakes the composite once. A window limiter holds it as a waiter in its
+//! line, which owns the line's lock once at the head. At the head of every line, the
+//! composite locks every member in the global order, reads the clock once, and either
+//! every member counts the request at that instant, or none does and the composite
+//! sleeps until the latest instant any member named.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::runtime::Handle;
+use tokio::time::{Instant, Sleep};
+
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
+use crate::bucket::state::{Leaving, Standing};
+use crate::bucket::TokenBucket;
+use crate::clock::{self, Moment, NEVER};
+use crate::composite::few::Few;
+use crate::composite::held::{instant_of, lock_all, try_all, Held};
+use crate::composite::member::{Indexed, Part};
+use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
+use crate::limiter::acquire_error;
+use crate::window::turnstile::Queued;
+
+/// The composite's `acquire`, over `parts` in lock order.
+pub(crate) async fn acquire_all(
+    parts: Few<Indexed<'_>>,
+    permits: u64,
+) -> Result<(), AcquireAllError> {
+    match try_all(&parts, permits, false) {
+        Ok(()) => return Ok(()),
+        Err(TryAcquireAllError::Member { member, error }) => {
+            return Err(AcquireAllError::Member {
+                member,
+                error: refusal(error),
+            })
+        }
+        Err(TryAcquireAllError::Limited { .. }) => {}
+    }
+    if Handle::try_current().is_err() {
+        return Err(AcquireAllError::NoRuntime);
+    }
+    // It must wait: without a timer nothing could wake it, so say so on this first poll.
+    clock::require_timer();
+    let mut places = poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?;
+    let mut sleep = None;
+    poll_fn(|context| places.poll_decide(&parts, context, &mut sleep)).await
+}
+
+/// A member's refusal of a `try_acquire`, as its `acquire` says it.
+fn refusal(error: TryAcquireError) -> AcquireError {
+    match error {
+        TryAcquireError::ExceedsLimit { requested, limit } => {
+            AcquireError::ExceedsLimit { requested, limit }
+        }
+        TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
+        // Limited is never a member's own refusal; a close is the only one left.
+        _ => AcquireError::Closed,
+    }
+}
+
+/// What a bucket's line holds for a composite asking for `permits`.
+fn hold(permits: u64) -> Request {
+    Request {
+        kind: Kind::Hold,
+        tokens: permits,
+        deadline: NEVER,
+    }
+}
+
+/// A composite's place in one member's line.
+enum Place<'a> {
+    Bucket {
+        bucket: &'a TokenBucket,
+        id: WaiterId,
+        /// No longer in the bucket's queue: admitted, or told it cannot be.
+        left: bool,
+    },
+    Window(Queued<'a>),
+}
+
+/// Its places in every member's line, in lock order; dropped, it leaves every line it
+/// is still in (cancel safety), and counts nothing.
+struct Places<'a> {
+    places: Few<Place<'a>>,
+    permits: u64,
+}
+
+/// Joins every member's line at once, holding every member's lock in the global order
+/// (for a window limiter, its line's record), so that no request joins any of them
+/// between: two composites sharing members stand in the same order in every line they
+/// share, and so cannot each wait for the other. Refused for good by any member, it
+/// joins none.
+fn join<'a>(
+    parts: &Few<Indexed<'a>>,
+    permits: u64,
+    context: &mut Context<'_>,
+) -> Result<Places<'a>, AcquireAllError> {
+    enum Joining<'a> {
+        Bucket(crate::bucket::HeldBucket<'a>),
+        Window(std::sync::MutexGuard<'a, crate::window::turnstile::Line>),
+    }
+    let moment = Moment::now();
+    let mut locked: Few<Joining<'a>> = Few::new();
+    for indexed in parts.iter() {
+        locked.push(match indexed.part {
+            Part::Bucket(bucket) => Joining::Bucket(bucket.hold_lock(moment)),
+            Part::Window(window) => Joining::Window(window.turnstile().line()),
+        });
+    }
+    let mut refused: Option<(usize, AcquireError)> = None;
+    for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
+        let verdict = match (indexed.part, joining) {
+            (Part::Bucket(_), Joining::Bucket(state)) => {
+                let now = state.clock_at(moment);
+                state
+                    .admit_hold(permits, now)
+                    .and_then(|()| state.ensure_refill())
+                    .map_err(acquire_error)
+            }
+            (Part::Window(window), _) if permits > window.limit() => {
+                Err(AcquireError::ExceedsLimit {
+                    requested: permits,
+                    limit: window.limit(),
+                })
+            }
+            _ => Ok(()),
+        };
+        if let Err(error) = verdict {
+            if refused.map_or(true, |(first, _)| indexed.member < first) {
+                refused = Some((indexed.member, error));
+            }
+        }
+    }
+    if let Some((member, error)) = refused {
+        return Err(match error {
+            AcquireError::NoRuntime => AcquireAllError::NoRuntime,
+            error => AcquireAllError::Member { member, error },
+        });
+    }
+    let mut places = Places {
+        places: Few::new(),
+        permits,
+    };
+    for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
+        places.places.push(match (indexed.part, joining) {
+            (Part::Bucket(bucket), Joining::Bucket(state)) => Place::Bucket {
+                bucket,
+                id: state.enqueue(hold(permits), context.waker().clone()),
+                left: false,
+            },
+            (Part::Window(window), Joining::Window(line)) => Place::Window(Queued::join(
+                window.turnstile(),
+                line,
+                window.clock(),
+                permits,
+                context,
+            )),
+            _ => unreachable!("each member is locked as its kind"),
+        });
+    }
+    Ok(places)
+}
+
+impl Places<'_> {
+    /// Decides, once at the head of every line: every member counts the request at one
+    /// instant, or none does and it sleeps until the latest instant a member named.
+    fn poll_decide(
+        &mut self,
+        parts: &Few<Indexed<'_>>,
+        context: &mut Context<'_>,
+        sleep: &mut Option<Pin<Box<Sleep>>>,
+    ) -> Poll<Result<(), AcquireAllError>> {
+        loop {
+            // At the head of every window limiter's line? Each wakes the task when it is.
+            // Until then the buckets are not asked: their holds wake the waker they were
+            // given, and this poll's is registered with them once every line is reached.
+            let mut at_heads = true;
+            for place in self.places.iter_mut() {
+                if let Place::Window(queued) = place {
+                    at_heads &= queued.poll_head(context);
+                }
+            }
+            if !at_heads {
+                return Poll::Pending;
+            }
+            let (mut held, moment) = lock_all(parts);
+            let mut ready = true;
+            let mut latest: Option<Instant> = None;
+            let mut later = |at: Option<Instant>| {
+                latest = match (latest, at) {
+                    (Some(latest), Some(at)) => Some(latest.max(at)),
+                    (None, at) | (at, None) => at,
+                };
+            };
+            for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
+                match (place, &mut member.held) {
+                    (Place::Bucket { id, left, bucket }, Held::Bucket(state)) => {
+                        let now = state.clock_at(moment);
+                        match state.hold_standing(*id, self.permits, context.waker(), now) {
+                            Standing::Ready => {}
+                            Standing::ReadyAt(at) => {
+                                ready = false;
+                                later(instant_of(bucket.clock(), at));
+                            }
+                            // It wakes this task once the hold reaches its head.
+                            Standing::Behind => ready = false,
+                            Standing::Left(outcome) => {
+                                *left = true;
+                                return Poll::Ready(Err(AcquireAllError::Member {
+                                    member: member.member,
+                                    error: left_because(outcome),
+                                }));
+                            }
+                        }
+                    }
+                    (Place::Window(_), Held::Window { held, clock }) => {
+                        if let Some(at) = held.ready_at(self.permits) {
+                            ready = false;
+                            later(instant_of(clock, at));
+                        }
+                    }
+                    _ => unreachable!("places and locks are in the same order"),
+                }
+            }
+            if ready {
+                for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
+                    match (place, &mut member.held) {
+                        (Place::Bucket { id, left, .. }, Held::Bucket(state)) => {
+                            let now = state.clock_at(moment);
+                            state.commit_hold(*id, self.permits, now);
+                            *left = true;
+                        }
+                        (Place::Window(queued), Held::Window { held, .. }) => {
+                            queued.admitted(held.record(self.permits));
+                        }
+                        _ => unreachable!("places and locks are in the same order"),
+                    }
+                }
+                // The locks first, then the window lines' heads, as the places drop.
+                drop(held);
+                self.places = Few::new();
+                return Poll::Ready(Ok(()));
+            }
+            drop(held);
+            let Some(deadline) = latest else {
+                return Poll::Pending;
+            };
+            let sleep = match sleep {
+                Some(sleep) => {
+                    sleep.as_mut().reset(deadline);
+                    sleep
+                }
+                None => sleep.insert(Box::pin(tokio::time::sleep_until(deadline))),
+            };
+            if sleep.as_mut().poll(context).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+/// Why a bucket took a hold out of its queue.
+fn left_because(outcome: Outcome) -> AcquireError {
+    match outcome {
+        Outcome::ExceedsCapacity {
+            requested,
+            capacity,
+        } => AcquireError::ExceedsLimit {
+            requested,
+            limit: capacity,
+        },
+        // A hold has no deadline and is never granted by the bucket: a close is left.
+        Outcome::Closed | Outcome::RefillFailed | Outcome::TimedOut | Outcome::Granted => {
+            AcquireError::Closed
+        }
+    }
+}
+
+impl Drop for Places<'_> {
+    fn drop(&mut self) {
+        let permits = self.permits;
+        for place in self.places.iter_mut() {
+            if let Place::Bucket {
+                bucket,
+                id,
+                left: false,
+            } = place
+            {
+                bucket.leave(*id, hold(permits), Leaving::Dropped);
+            }
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! Composites across independent limiters (issue 14, part 2): `all((&per_user, &global))`
+//! takes from every member at one instant, or from none.
+//!
+//! Every test runs on tokio's paused clock, with instants on whole milliseconds (tokio's
+//! timer ticks every millisecond), so each is asserted exactly.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+mod common;
+
+use common::{ms, secs, yield_until};
+use token_bucket::{
+    all, AcquireAllError, AcquireError, ConfigError, FixedWindow, Keyed, Limiter, Member, Rate,
+    SlidingLog, SlidingWindow, TokenBucket, TryAcquireAllError, TryAcquireError,
+};
+use tokio::time::Instant;
+
+fn bucket(rate: Rate, capacity: u64, initial: u64) -> TokenBucket {
+    common::bucket_with(rate, capacity, initial)
+}
+
+fn limited(result: Result<(), TryAcquireAllError>) -> Duration {
+    match result {
+        Err(TryAcquireAllError::Limited { retry_after }) => retry_after,
+        other => panic!("expected Limited, got {other:?}"),
+    }
+}
+
+/// Spawns `all((a, b)).acquire(permits)` on clones of `a` and `b`; the task returns its
+/// result and how long after the spawn it ended.
+fn spawn_both<A, B>(
+    a: &A,
+    b: &B,
+    permits: u64,
+) -> tokio::task::JoinHandle<(Result<(), AcquireAllError>, Duration)>
+where
+    A: Member + Clone + Send + Sync + 'static,
+    B: Member + Clone + Send + Sync + 'static,
+{
+    let (a, b) = (a.clone(), b.clone());
+    let start = Instant::now();
+    tokio::spawn(async move {
+        let result = all((a, b)).unwrap().acquire(permits).await;
+        (result, start.elapsed())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_takes_from_every_member_or_from_none() {
+    let user = bucket(Rate::per_second(1), 2, 2);
+    let global = bucket(Rate::per_second(10), 10, 3);
+    let both = all((&user, &global)).unwrap();
+    both.try_acquire(2).unwrap();
+    assert_eq!((user.available(), global.available()), (0, 1));
+    // The user is out: the global bucket's 1 is not touched, and nothing is counted.
+    assert_eq!(limited(both.try_acquire(1)), secs(1));
+    assert_eq!((user.available(), global.available()), (0, 1));
+    assert_eq!((user.stats().taken, global.stats().taken), (2, 2));
+    assert_eq!((user.stats().denied, global.stats().denied), (1, 0));
+    // Retry after is the latest: the user has 2 in 2 s, the global 2 in 100 ms.
+    assert_eq!(limited(both.try_acquire(2)), secs(2));
+    tokio::time::advance(secs(2)).await;
+    both.try_acquire(2).unwrap();
+    // The global bucket gained 20 in 2 s, held at its capacity of 10.
+    assert_eq!((user.available(), global.available()), (0, 8));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_the_instant_every_member_allows_it() {
+    let fast = bucket(Rate::per_second(1_000), 1_000, 0);
+    let slow = bucket(Rate::new(3, secs(1)), 3, 0);
+    let log = SlidingLog::new(2, secs(5)).unwrap();
+    log.try_acquire(2).unwrap();
+    tokio::time::advance(ms(1_500)).await;
+    let members = (&fast, &slow, &log);
+    let three = all(members).unwrap();
+    // fast: 1 at 1 ms; slow: 1 at 333,333,334 ns (already held at 1.5 s); the log: at 5 s.
+    assert_eq!(limited(three.try_acquire(1)), ms(3_500));
+    tokio::time::advance(ms(3_500)).await;
+    // At exactly that instant, every member allows it.
+    three.try_acquire(1).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_is_granted_at_the_latest_member_s_instant_and_counted_at_once() {
+    let user = bucket(Rate::per_second(2), 1, 0);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let start = Instant::now();
+    let both = all((&user, &global)).unwrap();
+    both.acquire(1).await.unwrap();
+    // The user had its token at 500 ms, the global at 1 s: granted at 1 s.
+    assert_eq!(start.elapsed(), secs(1));
+    assert_eq!((user.stats().taken, global.stats().taken), (1, 1));
+    assert_eq!((user.available(), global.available()), (0, 0));
+}
+
+/// Nothing is taken for a composite before it is granted: while it waits for the global
+/// bucket, the user's bucket keeps its token, counted by nobody, capped at its capacity.
+#[tokio::test(start_paused = true)]
+async fn nothing_is_held_for_a_composite_before_it_is_granted() {
+    let user = bucket(Rate::per_second(10), 2, 2);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let waiter = spawn_both(&user, &global, 1);
+    yield_until(|| user.stats().queued == 1 && global.stats().queued == 1).await;
+    tokio::time::advance(ms(900)).await;
+    let stats = user.stats();
+    assert_eq!((stats.available, stats.taken, stats.queued), (2, 0, 1));
+    assert_eq!(global.stats().taken, 0);
+    let (result, at) = waiter.await.unwrap();
+    result.unwrap();
+    assert_eq!(at, secs(1));
+    assert_eq!((user.stats().taken, global.stats().taken), (1, 1));
+    assert_eq!((user.available(), global.available()), (1, 0));
+}
+
+/// A composite keeps its place in every member's line: no later request, plain or
+/// composite, passes it in any of them, even one the member could serve at once.
+#[tokio::test(start_paused = true)]
+async fn a_composite_keeps_its_place_in_every_line() {
+    let user = bucket(Rate::per_second(10), 5, 5);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let start = Instant::now();
+    let composite = spawn_both(&user, &global, 1);
+    yield_until(|| user.stats().queued == 1).await;
+    // The user's bucket holds 5, but the composite is ahead: a try is refused...
+    assert!(matches!(
+        user.try_acquire(1),
+        Err(TryAcquireError::Limited { .. })
+    ));
+    // ...a plain take waits behind it, and so does a later composite on the global.
+    let plain = common::spawn_acquire(&user, 1);
+    let other = TokenBucket::new(Rate::per_second(100), 100).unwrap();
+    let later = spawn_both(&global, &other, 1);
+    yield_until(|| user.stats().queued == 2 && global.stats().queued == 2).await;
+    let (result, at) = composite.await.unwrap();
+    result.unwrap();
+    assert_eq!(at, secs(1));
+    let (result, plain_at) = plain.await.unwrap();
+    result.unwrap();
+    // Served once the composite left the head, at the same instant.
+    assert_eq!(plain_at - start, secs(1));
+    let (result, later_at) = later.await.unwrap();
+    result.unwrap();
+    assert_eq!(later_at, secs(2));
+    assert_eq!(user.stats().taken, 2);
+    assert_eq!(global.stats().taken, 2);
+}
+
+/// Composites over the same members in opposite orders (A+B beside B+A) never deadlock:
+/// each joins both lines at once, so they stand in the same order in both, and the
+/// `k`-th is granted when both buckets (10/s from empty, room to spare) hold `k` tokens.
+#[tokio::test(start_paused = true)]
+async fn composites_in_opposite_orders_never_deadlock() {
+    let a = bucket(Rate::per_second(10), 100, 0);
+    let b = bucket(Rate::per_second(10), 100, 0);
+    let tasks: Vec<_> = (0..20)
+        .map(|index| match index % 2 {
+            0 => spawn_both(&a, &b, 1),
+            _ => spawn_both(&b, &a, 1),
+        })
+        .collect();
+    for (index, task) in (1..).zip(tasks) {
+        assert_eq!(task.await.unwrap(), (Ok(()), ms(100 * index)), "{index}");
+    }
+    assert_eq!((a.stats().taken, b.stats().taken), (20, 20));
+}
+
+/// A cycle of composites (A+B, B+C, C+A, again and again) never deadlocks either. Each
+/// bucket gains one token per 100 ms and stands in two of each round's three: in round
+/// `r`, A+B is granted at `(2r + 1) × 100 ms`, when A and B hold their `2r + 1`-th;
+/// B+C needs B's next, at `(2r + 2) × 100 ms`, and C+A, behind it in C's line, goes at
+/// the same instant, C and A holding theirs by then.
+#[tokio::test(start_paused = true)]
+async fn a_cycle_of_overlapping_composites_never_deadlocks() {
+    let a = bucket(Rate::per_second(10), 100, 0);
+    let b = bucket(Rate::per_second(10), 100, 0);
+    let c = bucket(Rate::per_second(10), 100, 0);
+    let tasks: Vec<_> = (0..30)
+        .map(|index| match index % 3 {
+            0 => spawn_both(&a, &b, 1),
+            1 => spawn_both(&b, &c, 1),
+            _ => spawn_both(&c, &a, 1),
+        })
+        .collect();
+    for (index, task) in (0u64..).zip(tasks) {
+        let round = index / 3;
+        let due = match index % 3 {
+            0 => ms((2 * round + 1) * 100),
+            _ => ms((2 * round + 2) * 100),
+        };
+        assert_eq!(task.await.unwrap(), (Ok(()), due), "composite {index}");
+    }
+    let taken = [a.stats().taken, b.stats().taken, c.stats().taken];
+    assert_eq!(taken, [20, 20, 20]);
+}
+
+/// Dropping a waiting composite gives back its place in every line and counts nothing;
+/// whoever was behind it moves up at once.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_composite_gives_back_its_places_and_counts_nothing() {
+    let user = bucket(Rate::per_second(10), 1, 1);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let both = all((&user, &global)).unwrap();
+    let start = Instant::now();
+    {
+        let mut waiting = Box::pin(both.acquire(1));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        assert_eq!((user.stats().queued, global.stats().queued), (1, 1));
+        // A plain take on the user waits behind the composite.
+        let mut plain = pin!(user.take(1));
+        assert!(futures::poll!(plain.as_mut()).is_pending());
+        tokio::time::advance(ms(500)).await;
+        assert!(futures::poll!(plain.as_mut()).is_pending());
+        // The composite is dropped: the plain take is served at once.
+        drop(waiting);
+        plain.await.unwrap();
+        assert_eq!(start.elapsed(), ms(500));
+    }
+    assert_eq!((user.stats().queued, global.stats().queued), (0, 0));
+    assert_eq!((user.stats().taken, global.stats().taken), (1, 0));
+    // The global bucket kept what it accrued: nothing was taken from it.
+    tokio::time::advance(ms(500)).await;
+    assert_eq!(global.available(), 1);
+}
+
+/// The cost of holding lines: a composite at the head of the user's line holds it while
+/// it waits for the global bucket, so the user's other requests wait with it.
+#[tokio::test(start_paused = true)]
+async fn a_composite_at_the_head_holds_the_line_while_it_waits_for_another_member() {
+    let user = bucket(Rate::per_second(100), 100, 100);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let start = Instant::now();
+    let composite = spawn_both(&user, &global, 1);
+    yield_until(|| user.stats().queued == 1).await;
+    // Ten plain takes from the same user, each of which the bucket could serve at once.
+    let plain: Vec<_> = (0..10).map(|_| common::spawn_acquire(&user, 1)).collect();
+    for task in plain {
+        let (result, at) = task.await.unwrap();
+        result.unwrap();
+        // Each waited the global bucket's full second: the price of the composite's place.
+        assert_eq!(at - start, secs(1));
+    }
+    composite.await.unwrap().0.unwrap();
+    // Meanwhile the user's bucket stayed at its capacity: nothing accrued past it.
+    assert_eq!(user.stats().taken, 11);
+    assert_eq!(user.available(), 89);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_requests_are_refused_naming_the_member() {
+    let small = TokenBucket::new(Rate::per_second(1), 2).unwrap();
+    let large = TokenBucket::new(Rate::per_second(1), 10).unwrap();
+    let both = all((&large, &small)).unwrap();
+    let exceeds = TryAcquireError::ExceedsLimit {
+        requested: 3,
+        limit: 2,
+    };
+    assert_eq!(
+        both.try_acquire(3),
+        Err(TryAcquireAllError::Member {
+            member: 1,
+            error: exceeds
+        })
+    );
+    assert_eq!(
+        both.acquire(3).await,
+        Err(AcquireAllError::Member {
+            member: 1,
+            error: AcquireError::ExceedsLimit {
+                requested: 3,
+                limit: 2
+            }
+        })
+    );
+    assert_eq!(
+        both.try_acquire(3).unwrap_err().to_string(),
+        "member 1 of the composite: requested 3 permits but the limiter admits at most 2 at once"
+    );
+    small.close();
+    assert_eq!(
+        both.try_acquire(1),
+        Err(TryAcquireAllError::Member {
+            member: 1,
+            error: TryAcquireError::Closed
+        })
+    );
+    assert_eq!(
+        both.acquire(1).await,
+        Err(AcquireAllError::Member {
+            member: 1,
+            error: AcquireError::Closed
+        })
+    );
+    // Nothing was taken from the open member.
+    assert_eq!(large.stats().taken, 0);
+    // Window limiters name their limit too, whichever way they are asked.
+    let log = SlidingLog::new(3, secs(1)).unwrap();
+    let window = FixedWindow::new(2, secs(1)).unwrap();
+    let windows = all((&large, &log, &window)).unwrap();
+    let above = |limit| TryAcquireError::ExceedsLimit {
+        requested: 4,
+        limit,
+    };
+    assert_eq!(
+        windows.try_acquire(4),
+        Err(TryAcquireAllError::Member {
+            member: 1,
+            error: above(3)
+        })
+    );
+    assert_eq!(
+        all((&window, &large)).unwrap().try_acquire(4),
+        Err(TryAcquireAllError::Member {
+            member: 0,
+            error: above(2)
+        })
+    );
+    assert_eq!(
+        windows.acquire(4).await,
+        Err(AcquireAllError::Member {
+            member: 1,
+            error: AcquireError::ExceedsLimit {
+                requested: 4,
+                limit: 3
+            }
+        })
+    );
+    assert_eq!((log.available(), window.available()), (3, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_is_refused_at_once_and_joins_no_line() {
+    let bounded = TokenBucket::builder()
+        .rate(Rate::per_second(1))
+        .capacity(1)
+        .initial(0)
+        .queue_limit(1)
+        .build()
+        .unwrap();
+    let other = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let _queued = common::spawn_acquire(&bounded, 1);
+    yield_until(|| bounded.stats().queued == 1).await;
+    assert_eq!(
+        all((&other, &bounded)).unwrap().acquire(1).await,
+        Err(AcquireAllError::Member {
+            member: 1,
+            error: AcquireError::QueueFull {
+                queued: 1,
+                limit: 1
+            }
+        })
+    );
+    assert_eq!(other.stats().queued, 0);
+    assert_eq!(other.available(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_closed_while_the_composite_waits_ends_it_with_nothing_counted() {
+    let user = bucket(Rate::per_second(10), 1, 1);
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let waiter = spawn_both(&user, &global, 1);
+    yield_until(|| global.stats().queued == 1).await;
+    tokio::time::advance(ms(300)).await;
+    global.close();
+    let (result, at) = waiter.await.unwrap();
+    assert_eq!(
+        result,
+        Err(AcquireAllError::Member {
+            member: 1,
+            error: AcquireError::Closed
+        })
+    );
+    assert_eq!(at, ms(300));
+    assert_eq!((user.stats().queued, user.stats().taken), (0, 0));
+    user.try_acquire(1).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capacity_lowered_below_the_request_ends_the_composite() {
+    let user = bucket(Rate::per_second(10), 5, 0);
+    let global = bucket(Rate::per_second(10), 5, 5);
+    let waiter = spawn_both(&user, &global, 4);
+    yield_until(|| user.stats().queued == 1).await;
+    user.set_capacity(3).unwrap();
+    let (result, _) = waiter.await.unwrap();
+    assert_eq!(
+        result,
+        Err(AcquireAllError::Member {
+            member: 0,
+            error: AcquireError::ExceedsLimit {
+                requested: 4,
+                limit: 3
+            }
+        })
+    );
+    assert_eq!(global.stats().taken, 0);
+}
+
+#[test]
+fn the_same_limiter_twice_or_none_at_all_is_refused() {
+    let bucket = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let other = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    assert_eq!(
+        all((&other, &bucket, bucket.clone())).err(),
+        Some(ConfigError::RepeatedMember {
+            first: 1,
+            second: 2
+        })
+    );
+    let none: Vec<TokenBucket> = Vec::new();
+    assert_eq!(all(none).err(), Some(ConfigError::NoMembers));
+    assert_eq!(
+        ConfigError::RepeatedMember {
+            first: 1,
+            second: 2
+        }
+        .to_string(),
+        "members 1 and 2 of a composite are the same limiter"
+    );
+}
+
+#[test]
+fn waiting_outside_a_runtime_is_refused() {
+    let user = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let both = all((&user, &global)).unwrap();
+    assert_eq!(
+        futures::executor::block_on(both.acquire(1)),
+        Err(AcquireAllError::NoRuntime)
+    );
+    assert_eq!((user.stats().queued, global.stats().queued), (0, 0));
+}
+
+/// One key of a `Keyed` is a member: the key is not forgotten while a composite waits in
+/// its line, even when its bucket is full again.
+#[tokio::test(start_paused = true)]
+async fn a_key_held_by_a_waiting_composite_is_not_forgotten() {
+    let per_ip: Keyed<u32, TokenBucket> =
+        Keyed::new(TokenBucket::new(Rate::per_second(10), 1).unwrap());
+    let global = bucket(Rate::per_second(1), 1, 0);
+    let key: Arc<TokenBucket> = per_ip.limiter(&7).unwrap();
+    let waiter = {
+        let global = global.clone();
+        tokio::spawn(async move { all((key, &global)).unwrap().acquire(1).await })
+    };
+    yield_until(|| global.stats().queued == 1).await;
+    tokio::time::advance(ms(500)).await;
+    // Full, yet held in line: not idle, and not forgotten.
+    assert_eq!(per_ip.retain_recent(), 0);
+    assert_eq!(per_ip.len(), 1);
+    waiter.await.unwrap().unwrap();
+    assert_eq!(per_ip.get(&7).map(|bucket| bucket.available()), Some(0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sliding_log_member_admits_at_the_instant_its_oldest_grant_leaves() {
+    let bucket = bucket(Rate::per_second(10), 10, 10);
+    let log = SlidingLog::new(2, secs(1)).unwrap();
+    let both = all((&bucket, &log)).unwrap();
+    let start = Instant::now();
+    for _ in 0..6 {
+        both.acquire(1).await.unwrap();
+    }
+    // Two at 0, two at 1 s, two at 2 s.
+    assert_eq!(start.elapsed(), secs(2));
+    assert_eq!(bucket.stats().taken, 6);
+    // A plain acquire on the log behind a waiting composite waits its turn.
+    let waiting = {
+        let (bucket, log) = (bucket.clone(), log.clone());
+        tokio::spawn(async move { all((&bucket, &log)).unwrap().acquire(1).await })
+    };
+    yield_until(|| log.queued_permits() == 1).await;
+    assert!(matches!(
+        log.try_acquire(1),
+        Err(TryAcquireError::Limited { .. })
+    ));
+    waiting.await.unwrap().unwrap();
+    assert_eq!(start.elapsed(), secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_permits_are_admitted_at_once() {
+    let user = bucket(Rate::per_second(1), 1, 0);
+    let log = SlidingLog::new(1, secs(1)).unwrap();
+    log.try_acquire(1).unwrap();
+    let both = all((&user, &log)).unwrap();
+    both.try_acquire(0).unwrap();
+    let mut zero = pin!(both.acquire(0));
+    assert_eq!(futures::poll!(zero.as_mut()), Poll::Ready(Ok(())));
+}
+
+/// A composite's future is `Send`, so it can be spawned on a multi-threaded runtime.
+#[test]
+fn the_future_is_send() {
+    fn send<F: Future + Send>(_: F) {}
+    let a = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let b = SlidingLog::new(1, secs(1)).unwrap();
+    let both = all((&a, &b)).unwrap();
+    send(both.acquire(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_member_admits_in_the_next_window_and_keeps_its_line() {
+    let bucket = bucket(Rate::per_second(100), 100, 100);
+    let window = FixedWindow::new(2, secs(1)).unwrap();
+    window.try_acquire(2).unwrap();
+    let start = Instant::now();
+    let composite = spawn_both(&bucket, &window, 2);
+    yield_until(|| window.queued_permits() == 2).await;
+    // Behind the composite: a plain acquire on the window waits for the window after.
+    let plain = common::spawn_acquire(&window, 1);
+    yield_until(|| window.queued_permits() == 3).await;
+    assert_eq!(composite.await.unwrap(), (Ok(()), secs(1)));
+    let (result, at) = plain.await.unwrap();
+    result.unwrap();
+    assert_eq!(at - start, secs(2));
+    assert_eq!(bucket.stats().taken, 2);
+}
+
+/// Real threads: composites over two fixed windows race plain `try_acquire`s on each.
+/// Windows of an hour never turn over, so every permit stays counted: each window's
+/// count is exactly its plain admissions plus the composite's, and neither passes its
+/// limit. A composite counted in one window and not the other, or a plain try slipping
+/// in between a composite's check and its record, would break the sums or the limit.
+#[test]
+fn composites_and_lock_free_tries_race_without_breaking_all_or_nothing() {
+    const LIMIT: u64 = 3_000;
+    let first = FixedWindow::new(LIMIT, secs(3_600)).unwrap();
+    let second = FixedWindow::new(LIMIT, secs(3_600)).unwrap();
+    let composite = AtomicU64::new(0);
+    let plain = [AtomicU64::new(0), AtomicU64::new(0)];
+    std::thread::scope(|scope| {
+        for thread in 0..4 {
+            let (first, second) = (&first, &second);
+            let (composite, plain) = (&composite, &plain);
+            scope.spawn(move || {
+                let both = all((first, second)).unwrap();
+                for call in 0..2_000u64 {
+                    match (thread + call) % 3 {
+                        0 => {
+                            if both.try_acquire(1).is_ok() {
+                                composite.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        side => {
+                            let window = if side == 1 { first } else { second };
+                            if window.try_acquire(1).is_ok() {
+                                plain[side as usize - 1].fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let composite = composite.into_inner();
+    let [plain_first, plain_second] = plain.map(AtomicU64::into_inner);
+    assert!(composite > 0, "no composite was admitted");
+    assert_eq!(first.available(), LIMIT - composite - plain_first);
+    assert_eq!(second.available(), LIMIT - composite - plain_second);
+}
+
+/// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit
+/// holds requests back until the end of the slot a window after its own. Two are
+/// admitted at 0 (slot 0); the third waits until slot 4 ends, at 1.25 s, and a plain
+/// acquire on the wheel behind it waits its turn after.
+#[tokio::test(start_paused = true)]
+async fn a_sliding_window_member_waits_for_its_slot_to_turn() {
+    let bucket = bucket(Rate::per_second(10), 10, 10);
+    let wheel = SlidingWindow::new(2, 4, ms(250)).unwrap();
+    let both = all((&wheel, &bucket)).unwrap();
+    let start = Instant::now();
+    both.try_acquire(2).unwrap();
+    let composite = spawn_both(&wheel, &bucket, 1);
+    yield_until(|| wheel.queued_permits() == 1).await;
+    let plain = common::spawn_acquire(&wheel, 2);
+    yield_until(|| wheel.queued_permits() == 3).await;
+    assert_eq!(composite.await.unwrap(), (Ok(()), ms(1_250)));
+    let (result, at) = plain.await.unwrap();
+    result.unwrap();
+    // The composite's permit, admitted in slot 5, holds back until slot 9 ends: the
+    // plain request's 2 fit only then, at 2.5 s.
+    assert_eq!(at - start, ms(2_500));
+    assert_eq!(bucket.stats().taken, 3);
+}
