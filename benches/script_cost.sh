@@ -1,8 +1,9 @@
 #!/bin/bash
 # What each Redis limiter script costs Redis, granted and refused, beside a plain INCR
-# (issue 15, part 4): the scripts as the limiters send them (src/redis/lua), and the same
-# with the candidate storage of benches/script_cost/string_state.lua (one string per key,
-# GET then SET with PX, instead of HMGET, HSET and PEXPIRE).
+# (issue 15, part 4): the scripts as the limiters send them (src/redis/lua, put together
+# as src/redis/scripts.rs does), and the token bucket's and the fixed window's with the
+# candidate storage of benches/script_cost/string_state.lua (one string per key, GET then
+# SET with PX, instead of HMGET, HSET and PEXPIRE).
 #
 #   benches/script_cost.sh             # redis-benchmark: requests/s, and Redis's µs per call
 #   benches/script_cost.sh callgrind   # instructions per call, under callgrind: load-proof
@@ -11,7 +12,9 @@
 # SCRIPT LOAD, and runs `redis-benchmark -n 200000 -c 50 EVALSHA <sha> 1 <key> <args>`
 # on a key of its own: granted, a bucket gaining a thousand tokens a microsecond (and a
 # window of 2^40); refused, a bucket of one token an hour (a window of one an hour), its
-# one token taken first. Under callgrind each line is 5,000 calls from one connection,
+# one token taken first. The several-keys script (`redis::all`) decides a token bucket and
+# a fixed window together, both granting or both refusing; a lease takes one token.
+# Under callgrind each line is 5,000 calls from one connection,
 # the instructions the server ran (network included) divided by the calls.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,10 +32,11 @@ server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$dir"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
 
-# The script of `algorithm` (a file in src/redis/lua); with `string`, the candidate's
-# storage after the prelude, and the algorithm reading through it.
+# The one-key script of `algorithm` (a file in src/redis/lua) of tag `tag`, as
+# src/redis/scripts.rs puts it together; with `string`, the candidate's storage after the
+# prelude, and the algorithm reading through it.
 assemble() {
-  local algorithm=$1 storage=${2:-hash} text
+  local algorithm=$1 tag=$2 storage=${3:-hash} text
   text=$(cat "$lua/$algorithm.lua")
   if [ "$storage" = string ]; then
     text=${text//"redis.call('HMGET', key, "/"read_state(key, "}
@@ -45,7 +49,8 @@ assemble() {
     cat "$lua/prelude.lua"
   fi
   printf '%s\n' "$text"
-  cat "$lua/decision.lua"
+  printf 'local decide, commit = %s_decide, %s_commit\n' "$tag" "$tag"
+  cat "$lua/one_key.lua"
 }
 
 # One line: `label`, then the command, run once before (to take a refused bucket's token).
@@ -55,9 +60,9 @@ measure() {
   redis-cli -p "$port" "$@" >/dev/null
   if [ "$mode" = callgrind ]; then
     local calls=5000
-    callgrind_control -z "$server" >/dev/null
+    callgrind_control -z "$server" >/dev/null 2>&1
     redis-benchmark -p "$port" -n "$calls" -c 1 -q "$@" >/dev/null
-    callgrind_control -d "$server" >/dev/null
+    callgrind_control -d "$server" >/dev/null 2>&1
     local dump total
     dump=$(ls -t "$dir"/callgrind.* | head -1)
     total=$(grep -E '^(summary|totals):' "$dump" | head -1 | awk '{print $2}')
@@ -74,20 +79,22 @@ measure() {
   fi
 }
 
-# A script's lines: granted and refused, on keys of their own.
+# A script's lines: granted and refused, each on keys of its own (`keys` of them).
 script() {
-  local label=$1 text=$2 tag=$3 granted=$4 refused=$5 sha
+  local label=$1 text=$2 keys=$3 granted=$4 refused=$5 sha names
   sha=$(redis-cli -p "$port" SCRIPT LOAD "$text")
-  # shellcheck disable=SC2086 # the arguments are words
-  measure "$label, granted" EVALSHA "$sha" 1 "granted:$label" $tag $granted
-  # shellcheck disable=SC2086
-  measure "$label, refused" EVALSHA "$sha" 1 "refused:$label" $tag $refused
-  # Each measured what it says: the script grants, and refuses, and the state is stored.
-  # shellcheck disable=SC2086
-  expect "$label" 1 EVALSHA "$sha" 1 "granted:$label" $tag $granted
-  # shellcheck disable=SC2086
-  expect "$label" 0 EVALSHA "$sha" 1 "refused:$label" $tag $refused
-  printf '%-32s its state: a %s\n' "$label" "$(redis-cli -p "$port" TYPE "refused:$label")"
+  for outcome in granted refused; do
+    names=$(seq -f "$outcome:${label// /_}:%g" "$keys")
+    local arguments=$granted
+    [ "$outcome" = refused ] && arguments=$refused
+    # shellcheck disable=SC2086 # the names and arguments are words
+    measure "$label, $outcome" EVALSHA "$sha" "$keys" $names $arguments
+    # Each measured what it says: the script grants, or refuses, as the line is named.
+    # shellcheck disable=SC2086
+    expect "$label" "$([ "$outcome" = granted ] && echo 1 || echo 0)" \
+      EVALSHA "$sha" "$keys" $names $arguments
+  done
+  printf '%-32s its state: a %s\n' "$label" "$(redis-cli -p "$port" TYPE "refused:${label// /_}:1")"
 }
 
 # Fails unless the script's reply starts with `first`.
@@ -103,11 +110,18 @@ expect() {
 
 measure "INCR" INCR incr
 for storage in hash string; do
-  script "token bucket ($storage)" "$(assemble token_bucket $storage)" tb \
-    "1000000 1000 1" "3600000000 1 3600000000"
-  script "fixed window ($storage)" "$(assemble fixed_window $storage)" fw \
-    "1099511627776 1000000 1" "1 3600000000 1"
+  script "token bucket ($storage)" "$(assemble token_bucket tb $storage)" 1 \
+    "tb 1000000 1000 1" "tb 3600000000 1 3600000000"
+  script "fixed window ($storage)" "$(assemble fixed_window fw $storage)" 1 \
+    "fw 1099511627776 1000000 1" "fw 1 3600000000 1"
 done
-# A lease of the token bucket (what a leased front asks for once per batch): granted.
-sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$lua/prelude.lua" "$lua/token_bucket.lua" "$lua/lease.lua")")
-measure "lease of one token, granted" EVALSHA "$sha" 1 lease take 1000000 1000 1 1 1 0
+script "sliding log" "$(assemble sliding_log sl)" 1 \
+  "sl 1099511627776 1000000 1" "sl 1 3600000000 1"
+script "several keys (tb and fw)" \
+  "$(cat "$lua/prelude.lua" "$lua/token_bucket.lua" "$lua/fixed_window.lua" \
+    "$lua/sliding_log.lua" "$lua/several_keys.lua")" 2 \
+  "tb 1000000 1000 1 fw 1099511627776 1000000 1" \
+  "tb 3600000000 1 3600000000 fw 1 3600000000 1"
+# A lease of the token bucket (what a leased front asks for once per batch) of one token.
+script "lease" "$(cat "$lua/prelude.lua" "$lua/token_bucket.lua" "$lua/lease.lua")" 1 \
+  "take 1000000 1000 1 1 1 0" "take 3600000000 1 3600000000 1 1 0"

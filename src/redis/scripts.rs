@@ -3,11 +3,14 @@
 //! and reading its reply.
 //!
 //! Every script is put together from the same pieces: the prelude (the server's clock,
-//! exact integer helpers), algorithms, each as a `decide` step that writes nothing and a
-//! `commit` step, and the loop that decides every key and commits them all or none. A
-//! decision on one key runs the script with only its algorithm; a decision on several,
-//! the script with all three. (Redis runs a script's whole text on every call, so each
-//! algorithm a script defines costs every call a little, about 0.4 µs.)
+//! exact integer helpers), algorithms, each as a `<tag>_decide` step that writes nothing
+//! and a `<tag>_commit` step, and a decision. A decision on several keys runs the script
+//! with all three algorithms and the loop that decides every key and commits them all or
+//! none; one on one key, the script with only its algorithm and the same decision without
+//! the loop. (Redis runs a script's whole text on every call: each function it defines
+//! and each table it makes costs every call. The one-key decision costs Redis a tenth
+//! fewer instructions than the loop over one key, as `benches/script_cost.sh callgrind`
+//! measures.)
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -21,8 +24,11 @@ use super::{FixedWindowScript, SlidingLogScript, TokenBucketScript};
 /// The helpers every algorithm uses: the server's clock and exact integer arithmetic.
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-/// The decision over `KEYS`, after the algorithms.
-const DECISION: &str = include_str!("lua/decision.lua");
+/// The decision on one key, after its algorithm and the line binding its steps.
+const ONE_KEY_DECISION: &str = include_str!("lua/one_key.lua");
+
+/// The decision over several keys, after every algorithm.
+const SEVERAL_KEYS_DECISION: &str = include_str!("lua/several_keys.lua");
 
 /// Each algorithm's tag and Lua source.
 const ALGORITHMS: [(&str, &str); 3] = [
@@ -47,32 +53,33 @@ struct LuaScript {
 }
 
 impl LuaScript {
-    /// The prelude, then `sources`, then `last`.
-    fn of<'a>(sources: impl IntoIterator<Item = &'a str>, last: &str) -> LuaScript {
+    /// The prelude, then `sources`.
+    fn of<'a>(sources: impl IntoIterator<Item = &'a str>) -> LuaScript {
         let mut text = String::from(PRELUDE);
         text.extend(sources);
-        text.push_str(last);
         let hash = Script::new(&text).get_hash().to_owned();
         LuaScript { text, hash }
     }
 }
 
-/// A script deciding over keys of the algorithms `sources`.
-fn script_of<'a>(sources: impl IntoIterator<Item = &'a str>) -> LuaScript {
-    LuaScript::of(sources, DECISION)
-}
-
-/// For a decision on one key: one script per algorithm, in the order of [`ALGORITHMS`].
-static ONE_KEY: LazyLock<[LuaScript; 3]> =
-    LazyLock::new(|| ALGORITHMS.map(|(_, source)| script_of([source])));
+/// For a decision on one key: one script per algorithm, in the order of [`ALGORITHMS`],
+/// binding the algorithm's steps as the names the decision calls.
+static ONE_KEY: LazyLock<[LuaScript; 3]> = LazyLock::new(|| {
+    ALGORITHMS.map(|(tag, source)| {
+        let steps = format!("local decide, commit = {tag}_decide, {tag}_commit\n");
+        LuaScript::of([source, steps.as_str(), ONE_KEY_DECISION])
+    })
+});
 
 /// For a decision on several keys: every algorithm.
-static SEVERAL_KEYS: LazyLock<LuaScript> =
-    LazyLock::new(|| script_of(ALGORITHMS.map(|(_, source)| source)));
+static SEVERAL_KEYS: LazyLock<LuaScript> = LazyLock::new(|| {
+    let sources = ALGORITHMS.map(|(_, source)| source);
+    LuaScript::of(sources.into_iter().chain([SEVERAL_KEYS_DECISION]))
+});
 
 /// Leases of a token bucket's tokens: taking a batch, giving back what was not used.
 static LEASE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::of([ALGORITHMS[0].1], include_str!("lua/lease.lua")));
+    LazyLock::new(|| LuaScript::of([ALGORITHMS[0].1, include_str!("lua/lease.lua")]));
 
 /// The script for a decision on `keys` keys, the first of algorithm `first_tag`.
 fn script_for(keys: usize, first_tag: &str) -> &'static LuaScript {

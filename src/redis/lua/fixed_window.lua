@@ -5,7 +5,7 @@
 -- its window ends.
 --
 -- Arguments: the limit, the window in microseconds, the permits asked for.
-decide.fw = function(key, now, limit, window, asked)
+local function fw_decide(key, now, limit, window, asked)
   local start, count = now, 0
   local state = redis.call('HMGET', key, 'start', 'count')
   if state[1] and now < tonumber(state[1]) + window then
@@ -20,7 +20,7 @@ decide.fw = function(key, now, limit, window, asked)
   return nil, start, count + asked, left
 end
 
-commit.fw = function(key, now, start, count, expire)
+local function fw_commit(key, now, start, count, expire)
   store_pair(key, 'start', start, 'count', count, expire)
 end
 

@@ -40,7 +40,7 @@ if ARGV[1] == 'take' then
   end
   local began = when_held(tokens * per_token)
   parts = parts + (began - time) * gain - tokens * per_token
-  commit.tb(key, now, parts, began, tb_expiry(now, capacity, gain, parts, began))
+  tb_commit(key, now, parts, began, tb_expiry(now, capacity, gain, parts, began))
   return {tokens, now, began}
 end
 
@@ -59,5 +59,5 @@ if back <= 0 then
   return {0}
 end
 parts = parts + back
-commit.tb(key, now, parts, time, tb_expiry(now, capacity, gain, parts, time))
+tb_commit(key, now, parts, time, tb_expiry(now, capacity, gain, parts, time))
 return {back}

@@ -36,18 +36,6 @@ local function integer_text(number)
   return string.format('%d', number)
 end
 
--- The algorithms, by the tag the client sends for each key (each file below adds its
--- own). An algorithm is two functions, so that one decision can span several keys all or
--- nothing:
---   decide[tag](key, now, a, b, asked) reads the key's state and writes nothing. To
---     refuse it returns the wait in microseconds after which the request could succeed,
---     if nobody takes first; to grant, nil and up to three values for commit.
---   commit[tag](key, now, x, y, z) writes those values: the new state and the expiry.
--- Once an algorithm allows a request it keeps allowing it as time passes, as long as
--- nobody takes: so the first instant at which several keys all allow is the latest of
--- their waits.
-local decide, commit = {}, {}
-
 -- Stores two integer fields in the hash at `key`, which may be forgotten `expire`
 -- microseconds from now.
 local function store_pair(key, first, first_value, second, second_value, expire)

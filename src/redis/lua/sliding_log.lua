@@ -5,7 +5,7 @@
 -- counting are removed when the next request is granted.
 --
 -- Arguments: the limit, the window in microseconds, the permits asked for.
-decide.sl = function(key, now, limit, window, asked)
+local function sl_decide(key, now, limit, window, asked)
   local counted = redis.call('ZCOUNT', key, '(' .. integer_text(now - window), '+inf')
   if counted + asked > limit then
     -- The request fits once at most limit - asked permits count: once the
@@ -17,7 +17,7 @@ decide.sl = function(key, now, limit, window, asked)
   return nil, window, asked
 end
 
-commit.sl = function(key, now, window, asked)
+local function sl_commit(key, now, window, asked)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', integer_text(now - window))
   -- Members scored `now` are named now:0 .. now:(n-1) and leave together, so numbering
   -- from their count never reuses a name.

@@ -31,7 +31,7 @@ local function tb_expiry(now, capacity, gain, parts, time)
   return (time - now) + ceil_div(capacity - parts, gain)
 end
 
-decide.tb = function(key, now, capacity, gain, asked)
+local function tb_decide(key, now, capacity, gain, asked)
   local parts, time = tb_level(key, now, capacity, gain)
   -- Parts counted at a later time (leases reserved ahead, or a server clock that stepped
   -- back) are not there before it.
@@ -43,7 +43,7 @@ decide.tb = function(key, now, capacity, gain, asked)
   return nil, parts, time, tb_expiry(now, capacity, gain, parts, time)
 end
 
-commit.tb = function(key, now, parts, time, expire)
+local function tb_commit(key, now, parts, time, expire)
   store_pair(key, 'parts', parts, 'time', time, expire)
 end
 

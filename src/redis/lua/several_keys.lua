@@ -1,12 +1,17 @@
 -- One decision over every key in KEYS, all or nothing: each key is decided at the same
 -- instant with its own algorithm; if every one allows, every one takes; if any refuses,
--- nothing is written and the reply's wait is the latest of the refusals'. A single
--- limiter's decision is the same with one key.
+-- nothing is written and the reply's wait is the latest of the refusals'. (A decision on
+-- one key is one_key.lua: this with one key, without the loop's tables.)
 --
 -- KEYS: the keys, each once (the client adds up the permits of members on one key).
 -- ARGV: for KEYS[i], ARGV[4i - 3] is its algorithm's tag and the three after it are that
 -- algorithm's arguments.
 -- Reply: {1, 0} when granted, {0, retry_after_ms} when not.
+
+-- Each algorithm's two steps (see one_key.lua), by the tag the client sends.
+local decide = {tb = tb_decide, fw = fw_decide, sl = sl_decide}
+local commit = {tb = tb_commit, fw = fw_commit, sl = sl_commit}
+
 local now = now_micros()
 local wait = nil
 -- What each key's commit needs, three values a key.
