@@ -217,6 +217,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lease_begun_in_a_rounded_up_microsecond_leaves_no_more_than_the_capacity() {
+        let server = RedisServer::start();
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let mut connection = ConnectionManager::new(client).await.unwrap();
+        let options = RedisOptions::new(FailurePolicy::FailClosed);
+        // A token a part, two parts a microsecond, 4 at most.
+        let bucket =
+            RedisTokenBucket::new(connection.clone(), Rate::per_second(2_000_000), 4, options)
+                .unwrap();
+        assert_eq!(bucket.algorithm().lease_arguments(), [4, 2, 1]);
+        let key = bucket.redis_key("lease");
+        // Counted 10 s ahead of the server's clock (as leases reserved ahead leave it),
+        // holding 3 of 4: the 4th comes in half a microsecond, rounded up to one, in which
+        // the bucket would gain 2, one past its capacity.
+        let (seconds, micros): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let ahead_of_now = seconds * 1_000_000 + micros + 10_000_000;
+        let _: () = ::redis::cmd("HSET")
+            .arg(&key)
+            .arg("parts")
+            .arg(3)
+            .arg("time")
+            .arg(ahead_of_now)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let source = RedisSource { bucket, key };
+        let (tokens, began, _) = granted(source.take(4, 4, Duration::from_secs(20)).await.unwrap());
+        assert_eq!((tokens, began), (4, ahead_of_now + 1));
+        // The bucket is empty at that microsecond: the next token is there one later.
+        let (tokens, next, _) = granted(source.take(1, 1, Duration::from_secs(20)).await.unwrap());
+        assert_eq!((tokens, next), (1, began + 1));
+    }
+
+    #[tokio::test]
     async fn giving_back_takes_off_the_gain_since_the_lease_began_and_never_passes_capacity() {
         let server = RedisServer::start();
         let source = source(&server).await;

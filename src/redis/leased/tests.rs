@@ -141,7 +141,9 @@ impl LeaseSource for Fake {
                     }
                 } else {
                     let began = when_held(&bucket, got);
-                    bucket.units = bucket.units + (began - bucket.at).as_nanos() * amount
+                    // Never fuller than its capacity, as lease.lua.
+                    bucket.units = (bucket.units + (began - bucket.at).as_nanos() * amount)
+                        .min(fake.cap())
                         - u128::from(got) * per_token;
                     bucket.at = began;
                     Taken::Granted {
