@@ -518,3 +518,26 @@ async fn a_lease_reserved_ahead_is_granted_once_it_begins_and_not_before() {
     sleep_until(start + ms(200)).await;
     assert_eq!(front.held_and_queued(), (0, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_take_leaves_the_line_at_once() {
+    let mut fake = Fake::new(Rate::per_second(10), 100, FailurePolicy::FailClosed);
+    fake.latency = ms(40);
+    let front = front(&fake, ms(10_000), 50);
+    let start = Instant::now();
+    // Granted at 80 ms while nobody polled it, then dropped: its 9 are held.
+    let mut waiting = Box::pin(front.take(9));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    sleep(ms(85)).await;
+    drop(waiting);
+    assert_eq!(front.held_and_queued(), (9, 0));
+    // A take of 10 queues, a call for it begins; dropped 1 ms later, it leaves the line:
+    // the 9 held serve those who come next at once.
+    let _ = tokio::time::timeout(ms(1), front.take(10)).await;
+    assert_eq!(Instant::now() - start, ms(86));
+    assert_eq!(front.held_and_queued(), (9, 0));
+    front.try_take(1).await.expect("granted at once");
+    let asked = Instant::now();
+    front.take(1).await.expect("granted");
+    assert_eq!(Instant::now(), asked);
+}
