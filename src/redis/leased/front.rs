@@ -383,18 +383,23 @@ impl<S: LeaseSource> Front<S> {
                 // call began and before its reply came back.
                 let usable_from = arrived + wait;
                 let usable_until = started + wait + self.settings.lifetime;
+                // Held even if already ended, so that the lease task gives it back.
                 state.budget.add(tokens, usable_from, usable_until, began);
                 state.refused_until = None;
+                if usable_from >= usable_until {
+                    // Expired on arrival: a failed call, or a round trip always longer
+                    // than the lifetime would ask again for ever.
+                    let error = RedisLimitError::LeaseExpiredOnArrival {
+                        round_trip: arrived - started,
+                        lifetime: self.settings.lifetime,
+                    };
+                    self.fail(&mut state, &error);
+                }
             }
             Ok(Taken::Refused { retry_after }) => {
                 state.refused_until = Some(arrived + self.source.wait_after_refusal(retry_after));
             }
-            Err(error) => match self.source.policy() {
-                FailurePolicy::FailOpen => self.answer(&mut state, None, || Reply::FailedOpen),
-                FailurePolicy::FailClosed => {
-                    self.answer(&mut state, None, || Reply::Failed(error.clone()))
-                }
-            },
+            Err(error) => self.fail(&mut state, &error),
         }
         self.serve(&mut state, arrived);
         if state.queue.iter().any(|waiter| waiter.kind == Kind::Try) {
@@ -414,6 +419,15 @@ impl<S: LeaseSource> Front<S> {
                 let retry_after = millis_for(rate, ahead.saturating_sub(held).max(1)).max(refused);
                 Reply::Failed(RedisLimitError::Limited { retry_after })
             });
+        }
+    }
+
+    /// Answers every queued request as the failure policy says for a call that failed
+    /// with `error`.
+    fn fail(&self, state: &mut State, error: &RedisLimitError) {
+        match self.source.policy() {
+            FailurePolicy::FailOpen => self.answer(state, None, || Reply::FailedOpen),
+            FailurePolicy::FailClosed => self.answer(state, None, || Reply::Failed(error.clone())),
         }
     }
 

@@ -541,3 +541,45 @@ async fn a_dropped_take_leaves_the_line_at_once() {
     front.take(1).await.expect("granted");
     assert_eq!(Instant::now(), asked);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_expired_on_arrival_is_a_failed_call_and_goes_back() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let mut fake = Fake::new(Rate::per_second(100), 100, policy);
+        // A round trip of 120 ms, past the lifetime of 100 ms.
+        fake.latency = ms(60);
+        let front = front(&fake, ms(25), 50);
+        let start = Instant::now();
+        let result = tokio::time::timeout(ms(1_000), front.take(1))
+            .await
+            .expect("answered after one call");
+        assert_eq!(Instant::now() - start, ms(120));
+        match policy {
+            FailurePolicy::FailClosed => assert!(
+                matches!(
+                    result,
+                    Err(RedisLimitError::LeaseExpiredOnArrival { round_trip, lifetime })
+                        if round_trip == ms(120) && lifetime == ms(100)
+                ),
+                "{result:?}"
+            ),
+            FailurePolicy::FailOpen => {
+                result.expect("allowed");
+                assert_eq!(fake.failed_open.load(Ordering::Relaxed), 1);
+            }
+        }
+        // Given back once ended; the 12 tokens the bucket gained since cover it.
+        sleep(ms(200)).await;
+        assert_eq!(
+            fake.calls(),
+            vec![
+                take_call(60, 1, 1, 1),
+                Call::Give {
+                    at: 180,
+                    tokens: 1,
+                    back_milli: 0
+                }
+            ]
+        );
+    }
+}
