@@ -152,6 +152,14 @@ impl fmt::Display for RedisLimitError {
     }
 }
 
+impl RedisLimitError {
+    /// Whether it is returned whatever the failure policy: the keys, not Redis, are at
+    /// fault, and no policy would make them work.
+    pub(crate) fn is_policy_proof(&self) -> bool {
+        matches!(self, RedisLimitError::CrossSlot { .. })
+    }
+}
+
 impl Error for RedisLimitError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {

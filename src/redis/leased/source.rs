@@ -1,14 +1,13 @@
 //! Where a leased front's tokens come from: the Redis token bucket, through `lease.lua`
 //! (or, in the unit tests, a bucket in memory on tokio's clock).
 
-use std::future::Future;
 use std::time::Duration;
 
-use ::redis::RedisResult;
 use futures::future::BoxFuture;
 
 use crate::rate::Rate;
 use crate::redis::connection::RedisConnection;
+use crate::redis::decision::bounded;
 use crate::redis::scripts::ScriptCall;
 use crate::redis::{FailurePolicy, RedisLimitError, RedisTokenBucket};
 
@@ -144,18 +143,6 @@ impl<C: RedisConnection> LeaseSource for RedisSource<C> {
             .common()
             .fail_open_decisions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// `call`, bounded by `timeout`, its failures as the limiters report them.
-async fn bounded<T>(
-    timeout: Duration,
-    call: impl Future<Output = RedisResult<T>>,
-) -> Result<T, RedisLimitError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(error)) => Err(RedisLimitError::Unavailable { error }),
-        Err(_elapsed) => Err(RedisLimitError::Timeout { timeout }),
     }
 }
 
