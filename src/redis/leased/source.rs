@@ -179,28 +179,46 @@ mod tests {
     async fn a_lease_takes_what_is_there_or_reserves_ahead_and_plain_requests_wait_for_it() {
         let server = RedisServer::start();
         let source = source(&server).await;
-        let (tokens, _, wait) = granted(source.take(1, 25, Duration::ZERO).await.unwrap());
-        // A full bucket: its 10, at once.
+        let (tokens, began, wait) = granted(source.take(1, 25, Duration::ZERO).await.unwrap());
+        // A full bucket: its 10, at once; empty from `began`, a token each 100 ms after.
         assert_eq!((tokens, wait), (10, Duration::ZERO));
-        // Empty: 5 take 500 ms to come, which is past an `ahead` of 1 ms.
+        // The 5th token is past an `ahead` of 1 ms: refused, told to wait until it comes.
+        // Asked between `began` and `after` on the server's clock, so told between these.
         let refused = source.take(5, 5, Duration::from_millis(1)).await.unwrap();
+        let after = server_micros(&source).await;
+        let Taken::Refused { retry_after } = refused else {
+            panic!("{refused:?}")
+        };
+        let soonest = Duration::from_micros((began + 499_000).saturating_sub(after));
         assert!(
-            matches!(refused, Taken::Refused { retry_after } if retry_after > Duration::from_millis(400)),
-            "{refused:?}"
+            soonest <= retry_after && retry_after <= Duration::from_millis(499),
+            "{retry_after:?}, {soonest:?}"
         );
-        // Within a second: reserved, there in at most 500 ms.
-        let (tokens, _, wait) = granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
-        assert_eq!(tokens, 5);
-        assert!(
-            wait > Duration::from_millis(400) && wait <= Duration::from_millis(500),
-            "{wait:?}"
-        );
+        // Within a second: reserved, beginning when the 5th token comes.
+        let (tokens, reserved, _) =
+            granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
+        assert_eq!((tokens, reserved), (5, began + 500_000));
         // A plain request waits for the reservation to begin, then for its own token.
         let refused = source.bucket.try_acquire("lease", 1).await.unwrap_err();
+        let after = server_micros(&source).await;
+        let RedisLimitError::Limited { retry_after } = refused else {
+            panic!("{refused:?}")
+        };
+        let soonest = Duration::from_micros((reserved + 100_000).saturating_sub(after));
         assert!(
-            matches!(refused, RedisLimitError::Limited { retry_after } if retry_after > Duration::from_millis(400)),
-            "{refused:?}"
+            soonest <= retry_after && retry_after <= Duration::from_millis(600),
+            "{retry_after:?}, {soonest:?}"
         );
+    }
+
+    /// The server's clock, in microseconds.
+    async fn server_micros(source: &RedisSource<ConnectionManager>) -> u64 {
+        let mut connection = source.bucket.connection().clone();
+        let (seconds, micros): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        seconds * 1_000_000 + micros
     }
 
     #[tokio::test]
@@ -218,13 +236,10 @@ mod tests {
         // Counted 10 s ahead of the server's clock (as leases reserved ahead leave it),
         // holding 3 of 4: the 4th comes in half a microsecond, rounded up to one, in which
         // the bucket would gain 2, one past its capacity.
-        let (seconds, micros): (u64, u64) = ::redis::cmd("TIME")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let ahead_of_now = seconds * 1_000_000 + micros + 10_000_000;
+        let source = RedisSource { bucket, key };
+        let ahead_of_now = server_micros(&source).await + 10_000_000;
         let _: () = ::redis::cmd("HSET")
-            .arg(&key)
+            .arg(&source.key)
             .arg("parts")
             .arg(3)
             .arg("time")
@@ -232,7 +247,6 @@ mod tests {
             .query_async(&mut connection)
             .await
             .unwrap();
-        let source = RedisSource { bucket, key };
         let (tokens, began, _) = granted(source.take(4, 4, Duration::from_secs(20)).await.unwrap());
         assert_eq!((tokens, began), (4, ahead_of_now + 1));
         // The bucket is empty at that microsecond: the next token is there one later.
