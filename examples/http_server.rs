@@ -4,8 +4,9 @@
 //! Each client gets a [`SlidingLog`] (10 requests in any 10 s, exactly), kept per key
 //! by [`Keyed`], which forgets a client once its window is empty again. A client is an
 //! IPv4 address, or the /64 prefix of an IPv6 address ([`ClientKey`]), so that one IPv6
-//! host cannot multiply its budget across the addresses it is handed. Behind
-//! it one [`TokenBucket`] caps the whole server at 100 requests per second. A refused
+//! host cannot multiply its budget across the addresses it is handed. Beside it one
+//! [`TokenBucket`] caps the whole server at 100 requests per second, and a request takes
+//! from both in one decision ([`all`]), or from neither. A refused
 //! request gets `429 Too Many Requests` with `Retry-After` in whole seconds, rounded up
 //! (a client that obeys it is never refused for coming back early), and the
 //! `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers of the IETF
@@ -41,7 +42,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use token_bucket::{
-    ConfigError, Keyed, Limiter, Rate, SlidingLog, TokenBucket, TryAcquireError, TryTakeError,
+    all, ConfigError, Keyed, Limiter, Rate, SlidingLog, TokenBucket, TryAcquireAllError,
+    TryAcquireError,
 };
 use tokio::time::MissedTickBehavior;
 
@@ -86,7 +88,7 @@ impl From<IpAddr> for ClientKey {
     }
 }
 
-/// The limits every request passes: its client's, then the server's.
+/// The limits every request passes: its client's and the server's, in one decision.
 #[derive(Debug)]
 pub struct Limits {
     per_client: Keyed<ClientKey, SlidingLog>,
@@ -131,14 +133,16 @@ impl Limits {
 
     /// Admits one request from `client`, or says why not and how long it should wait.
     ///
+    /// The client's limit and the server's are one decision ([`all`]): the request is
+    /// counted by both at one instant, or by neither. So a request the server refuses
+    /// never uses up its client's permits, not even for a moment, and no other request
+    /// can see a permit that is about to be given back.
+    ///
     /// The whole admission is here, so that the handler only turns its answer into HTTP.
     pub fn admit(&self, client: IpAddr) -> Result<(), Refusal> {
         let client = ClientKey::from(client);
-        match self.per_client.try_acquire(&client, 1) {
-            Ok(()) => {}
-            Err(TryAcquireError::Limited { retry_after }) => {
-                return Err(Refusal::Limited { retry_after })
-            }
+        let client_limit = match self.per_client.limiter(&client) {
+            Ok(limiter) => limiter,
             Err(TryAcquireError::TooManyKeys { .. }) => {
                 // The error says no more than the bound. Every held client that sends
                 // nothing more is forgettable one window after its last request, so
@@ -148,21 +152,16 @@ impl Limits {
                 });
             }
             Err(other) => return Err(Refusal::Broken(other.to_string())),
-        }
-        match self.server.try_take(1) {
+        };
+        let both = all((client_limit, &self.server))
+            .map_err(|error| Refusal::Broken(error.to_string()))?;
+        match both.try_acquire(1) {
             Ok(()) => Ok(()),
-            Err(error) => {
-                // Refused by the server's budget, not the client's: give its permit back.
-                if let Some(limiter) = self.per_client.get(&client) {
-                    limiter.refund(1);
-                }
-                match error {
-                    TryTakeError::Insufficient { retry_after } => {
-                        Err(Refusal::Limited { retry_after })
-                    }
-                    other => Err(Refusal::Broken(other.to_string())),
-                }
+            // The later of the two limits' hints: when both would admit it.
+            Err(TryAcquireAllError::Limited { retry_after }) => {
+                Err(Refusal::Limited { retry_after })
             }
+            Err(other) => Err(Refusal::Broken(other.to_string())),
         }
     }
 

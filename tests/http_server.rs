@@ -79,7 +79,7 @@ async fn each_client_gets_its_own_limit_then_429_with_retry_after() {
 }
 
 #[tokio::test]
-async fn the_server_wide_bucket_refuses_behind_the_clients_and_refunds_their_permit() {
+async fn the_server_wide_bucket_refuses_and_the_client_is_not_counted() {
     let per_client = SlidingLog::new(10, Duration::from_secs(600)).unwrap();
     // Five requests an hour for the whole server, all there at the start.
     let server = TokenBucket::new(Rate::per_hour(5), 5).unwrap();
@@ -98,7 +98,7 @@ async fn the_server_wide_bucket_refuses_behind_the_clients_and_refunds_their_per
         (600..=720).contains(&retry_after),
         "Retry-After: {retry_after}"
     );
-    // The client was not at fault: its permit came back, so 2 of its 10 are used.
+    // The client was not at fault, and nothing was counted against it: 2 of its 10 are used.
     assert_eq!(header(headers, "ratelimit-remaining"), Some(8));
 }
 

@@ -577,3 +577,50 @@ fn the_history_checks_catch_what_they_promise_to() {
     let error = check_never_over(&[grant(2, 0), grant(2, SECOND)], &supply).unwrap_err();
     assert!(error.contains("under limit 1"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_runner_reads_every_finished_task_in_one_go_however_many() {
+    // More finished tasks than tokio's cooperative budget of 128 polls a turn, read
+    // without yielding between them, as `saturate` does at its horizon: a join handle
+    // polled past the budget says "not yet" though its task has finished.
+    const TASKS: u64 = 200;
+    let origin = Instant::now();
+    let bucket = TokenBucket::builder()
+        .rate(
+            ModelRate {
+                amount: 1,
+                period: MILLI,
+            }
+            .to_rate(),
+        )
+        .capacity(1)
+        .initial(0)
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let future = request_future(&bucket, Kind::Take, 1, None);
+        let task = Task::spawn(future, Kind::Take, 1, NO_DEADLINE, 0);
+        while !task.started() {
+            tokio::task::yield_now().await;
+        }
+        tasks.push(task);
+    }
+    tokio::time::sleep_until(origin + Duration::from_nanos(TASKS * MILLI)).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(tasks.iter().all(Task::is_finished));
+    for task in &mut tasks {
+        task.collect(origin).unwrap();
+    }
+    for (token, task) in (1..).zip(&tasks) {
+        assert_eq!(
+            task.seen,
+            Some(lockstep::Seen::Finished {
+                result: Ok(()),
+                at: token * MILLI
+            })
+        );
+    }
+}

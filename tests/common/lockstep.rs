@@ -283,7 +283,11 @@ impl Task {
             }
             return Ok(());
         }
-        self.seen = Some(match (&mut self.handle).now_or_never() {
+        // Unconstrained: a join handle spends tokio's cooperative budget (128 polls a
+        // turn) even when its task is done, and past it says "not yet"; a caller reading
+        // more finished tasks than that in one turn would be told the rest had no output.
+        let output = tokio::task::unconstrained(&mut self.handle).now_or_never();
+        self.seen = Some(match output {
             Some(Ok((result, instant))) => Seen::Finished {
                 result,
                 at: nanos_between(origin, instant),
