@@ -3,6 +3,7 @@
 //! Redis, the call bounded by the timeout, the failure policy, and `acquire`'s waiting.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,19 +143,11 @@ impl Plan<'_> {
             arguments: part.limiter.arguments(part.requested(permits)),
         });
         let call = first.limiter.run(ScriptCall::new(keys));
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(Decision::Granted)) => Ok(()),
-            Ok(Ok(Decision::Limited { retry_after })) => {
-                Err(RedisLimitError::Limited { retry_after })
-            }
-            // The keys, not Redis, are at fault: no policy would make them work.
-            Ok(Err(error)) if error.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) => {
-                Err(RedisLimitError::CrossSlot { error })
-            }
-            Ok(Err(error)) => self.undecided(RedisLimitError::Unavailable { error }),
-            Err(_elapsed) => self.undecided(RedisLimitError::Timeout {
-                timeout: self.timeout,
-            }),
+        match bounded(self.timeout, call).await {
+            Ok(Decision::Granted) => Ok(()),
+            Ok(Decision::Limited { retry_after }) => Err(RedisLimitError::Limited { retry_after }),
+            Err(failure) if failure.is_policy_proof() => Err(failure),
+            Err(failure) => self.undecided(failure),
         }
     }
 
@@ -186,5 +179,22 @@ impl Plan<'_> {
             }
             FailurePolicy::FailClosed => Err(failure),
         }
+    }
+}
+
+/// `call`, bounded by `timeout`, its failures as the limiters report them: `CrossSlot`
+/// when Redis refused the keys' slots, `Unavailable` for any other error, `Timeout` when
+/// it did not answer in time.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = RedisResult<T>>,
+) -> Result<T, RedisLimitError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(error)) if error.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) => {
+            Err(RedisLimitError::CrossSlot { error })
+        }
+        Ok(Err(error)) => Err(RedisLimitError::Unavailable { error }),
+        Err(_elapsed) => Err(RedisLimitError::Timeout { timeout }),
     }
 }

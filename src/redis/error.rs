@@ -82,6 +82,18 @@ pub enum RedisLimitError {
     /// [closed](super::LeasedBucket::close): its leases are given back and it takes no
     /// more. Decided without asking Redis, whatever the failure policy.
     Closed,
+    /// A [`LeasedBucket`](super::LeasedBucket)'s call for a lease came back after the
+    /// lease's lifetime had passed, so none of its tokens could be granted (they are
+    /// given back). Only under
+    /// [`FailurePolicy::FailClosed`](super::FailurePolicy::FailClosed): without it a
+    /// round trip always longer than the lifetime would ask for leases for ever. Choose a
+    /// [lifetime](super::LeaseOptions::with_lifetime) well above Redis's round trip.
+    LeaseExpiredOnArrival {
+        /// How long the call took.
+        round_trip: Duration,
+        /// The lease lifetime.
+        lifetime: Duration,
+    },
     /// Redis refused a [`RedisAll`](super::RedisAll)'s keys because they are in
     /// different hash slots (`CROSSSLOT`): on Redis Cluster, or behind a proxy that
     /// shards by slot, the keys of one script must share one slot. Give every key the
@@ -123,12 +135,28 @@ impl fmt::Display for RedisLimitError {
                  decision; one key holds one limiter's state: give them different prefixes"
             ),
             RedisLimitError::Closed => f.write_str("the leased bucket is closed"),
+            RedisLimitError::LeaseExpiredOnArrival {
+                round_trip,
+                lifetime,
+            } => write!(
+                f,
+                "a lease's call to Redis took {round_trip:?}, at least the lease lifetime of \
+                 {lifetime:?}: its tokens had expired, and the failure policy is fail-closed"
+            ),
             RedisLimitError::CrossSlot { error } => write!(
                 f,
                 "the keys of one decision are in different Redis Cluster hash slots; give \
                  every key the same hash tag, such as {{user-42}}: {error}"
             ),
         }
+    }
+}
+
+impl RedisLimitError {
+    /// Whether it is returned whatever the failure policy: the keys, not Redis, are at
+    /// fault, and no policy would make them work.
+    pub(crate) fn is_policy_proof(&self) -> bool {
+        matches!(self, RedisLimitError::CrossSlot { .. })
     }
 }
 

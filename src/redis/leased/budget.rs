@@ -109,11 +109,8 @@ impl Budget {
             return false;
         }
         let mut wanted = tokens;
-        for lease in self
-            .leases
-            .iter_mut()
-            .filter(|lease| lease.usable_until > now)
-        {
+        // Only from the leases `held` counts: one not yet begun may end sooner.
+        for lease in self.leases.iter_mut().filter(|lease| lease.usable(now)) {
             let drawn = lease.tokens.min(wanted);
             lease.tokens -= drawn;
             wanted -= drawn;
@@ -207,5 +204,18 @@ mod tests {
         assert_eq!(budget.held(start + ms(100)), 4);
         assert_eq!(budget.next_end(), Some(start + ms(160)));
         assert_eq!(budget.drain().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_not_yet_begun_gives_nothing_though_it_ends_first() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut budget = Budget::default();
+        budget.add(5, start, start + ms(100), 1);
+        budget.add(3, start + ms(10), start + ms(50), 2);
+        let mut pieces = Vec::new();
+        assert!(budget.draw(start, 4, Some(&mut pieces)));
+        assert_eq!(pieces, vec![(1, 4)]);
+        assert_eq!(budget.held(start + ms(10)), 4);
     }
 }

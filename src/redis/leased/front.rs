@@ -200,13 +200,14 @@ impl<S: LeaseSource> Front<S> {
             state.task = TaskState::Running;
         }
         let (reply, receiver) = oneshot::channel();
-        state.queue.push_back(Waiter {
-            tokens,
-            kind,
-            reply,
-        });
-        state.queued_tokens += tokens;
-        state.takes_queued += usize::from(kind == Kind::Take);
+        Self::enqueue(
+            &mut state,
+            Waiter {
+                tokens,
+                kind,
+                reply,
+            },
+        );
         drop(state);
         self.wake.notify_one();
         Ok(Begun::Queued(receiver))
@@ -238,12 +239,38 @@ impl<S: LeaseSource> Front<S> {
         Counters::add(&self.counters.granted, tokens);
     }
 
-    /// Takes back a grant whose request was dropped before it saw it.
-    fn hand_back(&self, pieces: &[Piece]) {
-        self.lock().budget.put_back(pieces);
-        let tokens = pieces.iter().map(|(_, tokens)| tokens).sum();
-        self.counters.granted.fetch_sub(tokens, Ordering::Relaxed);
+    /// A request dropped before it saw its reply (`receiver`, closed) leaves: its grant,
+    /// if it had one, goes back to the leases, else it leaves the queue at once, so that
+    /// nobody behind it waits for it and `try_take` does not count it.
+    fn leave(&self, receiver: &mut oneshot::Receiver<Reply>) {
+        let mut state = self.lock();
+        // Replies are sent with the state locked: either it came, or the request is
+        // still queued.
+        if let Ok(Reply::Granted(pieces)) = receiver.try_recv() {
+            state.budget.put_back(&pieces);
+            let tokens = pieces.iter().map(|(_, tokens)| tokens).sum();
+            self.counters.granted.fetch_sub(tokens, Ordering::Relaxed);
+        } else {
+            let queued = std::mem::take(&mut state.queue);
+            state.queued_tokens = 0;
+            state.takes_queued = 0;
+            for waiter in queued
+                .into_iter()
+                .filter(|waiter| !waiter.reply.is_closed())
+            {
+                Self::enqueue(&mut state, waiter);
+            }
+        }
+        self.serve(&mut state, Instant::now());
+        drop(state);
         self.wake.notify_one();
+    }
+
+    /// Puts `waiter` at the end of the queue.
+    fn enqueue(state: &mut State, waiter: Waiter) {
+        state.queued_tokens += waiter.tokens;
+        state.takes_queued += usize::from(waiter.kind == Kind::Take);
+        state.queue.push_back(waiter);
     }
 
     /// Grants the queue, in order, what the leases held at `now` cover.
@@ -293,9 +320,7 @@ impl<S: LeaseSource> Front<S> {
             let _ = waiter.reply.send(answer);
         }
         for waiter in kept {
-            state.queued_tokens += waiter.tokens;
-            state.takes_queued += usize::from(waiter.kind == Kind::Take);
-            state.queue.push_back(waiter);
+            Self::enqueue(state, waiter);
         }
     }
 
@@ -358,18 +383,23 @@ impl<S: LeaseSource> Front<S> {
                 // call began and before its reply came back.
                 let usable_from = arrived + wait;
                 let usable_until = started + wait + self.settings.lifetime;
+                // Held even if already ended, so that the lease task gives it back.
                 state.budget.add(tokens, usable_from, usable_until, began);
                 state.refused_until = None;
+                if usable_from >= usable_until {
+                    // Expired on arrival: a failed call, or a round trip always longer
+                    // than the lifetime would ask again for ever.
+                    let error = RedisLimitError::LeaseExpiredOnArrival {
+                        round_trip: arrived - started,
+                        lifetime: self.settings.lifetime,
+                    };
+                    self.fail(&mut state, &error);
+                }
             }
             Ok(Taken::Refused { retry_after }) => {
                 state.refused_until = Some(arrived + self.source.wait_after_refusal(retry_after));
             }
-            Err(error) => match self.source.policy() {
-                FailurePolicy::FailOpen => self.answer(&mut state, None, || Reply::FailedOpen),
-                FailurePolicy::FailClosed => {
-                    self.answer(&mut state, None, || Reply::Failed(error.clone()))
-                }
-            },
+            Err(error) => self.fail(&mut state, &error),
         }
         self.serve(&mut state, arrived);
         if state.queue.iter().any(|waiter| waiter.kind == Kind::Try) {
@@ -389,6 +419,15 @@ impl<S: LeaseSource> Front<S> {
                 let retry_after = millis_for(rate, ahead.saturating_sub(held).max(1)).max(refused);
                 Reply::Failed(RedisLimitError::Limited { retry_after })
             });
+        }
+    }
+
+    /// Answers every queued request as the failure policy says for a call that failed
+    /// with `error`.
+    fn fail(&self, state: &mut State, error: &RedisLimitError) {
+        match self.source.policy() {
+            FailurePolicy::FailOpen => self.answer(state, None, || Reply::FailedOpen),
+            FailurePolicy::FailClosed => self.answer(state, None, || Reply::Failed(error.clone())),
         }
     }
 
@@ -452,8 +491,8 @@ fn ceil_millis(duration: Duration) -> Duration {
     Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
 }
 
-/// A queued request, waiting for its reply. Dropped before it saw a grant, it hands the
-/// tokens back.
+/// A queued request, waiting for its reply. Dropped before it saw its reply, it leaves
+/// the queue, or hands back the tokens granted.
 struct Queued<'a, S: LeaseSource> {
     front: &'a Front<S>,
     receiver: Option<oneshot::Receiver<Reply>>,
@@ -484,9 +523,7 @@ impl<S: LeaseSource> Drop for Queued<'_, S> {
     fn drop(&mut self) {
         if let Some(mut receiver) = self.receiver.take() {
             receiver.close();
-            if let Ok(Reply::Granted(pieces)) = receiver.try_recv() {
-                self.front.hand_back(&pieces);
-            }
+            self.front.leave(&mut receiver);
         }
     }
 }

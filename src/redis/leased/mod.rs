@@ -195,7 +195,10 @@ impl<C: RedisConnection> LeasedBucket<C> {
     ///   [`RedisLimitError::Unavailable`] or [`RedisLimitError::Timeout`] when a call for
     ///   a lease fails while it waits (every request then waiting gets it); under
     ///   [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen) those are allowed
-    ///   and [counted](super::RedisLimiter::fail_open_count) on the limiter.
+    ///   and [counted](super::RedisLimiter::fail_open_count) on the limiter. A lease
+    ///   that comes back after its lifetime passed is such a failed call:
+    ///   [`RedisLimitError::LeaseExpiredOnArrival`] naming the round trip and the
+    ///   lifetime.
     /// - [`RedisLimitError::NoRuntime`] when it must wait outside a tokio runtime.
     ///
     /// # Cancel safety

@@ -1,14 +1,13 @@
 //! Where a leased front's tokens come from: the Redis token bucket, through `lease.lua`
 //! (or, in the unit tests, a bucket in memory on tokio's clock).
 
-use std::future::Future;
 use std::time::Duration;
 
-use ::redis::RedisResult;
 use futures::future::BoxFuture;
 
 use crate::rate::Rate;
 use crate::redis::connection::RedisConnection;
+use crate::redis::decision::bounded;
 use crate::redis::scripts::ScriptCall;
 use crate::redis::{FailurePolicy, RedisLimitError, RedisTokenBucket};
 
@@ -147,18 +146,6 @@ impl<C: RedisConnection> LeaseSource for RedisSource<C> {
     }
 }
 
-/// `call`, bounded by `timeout`, its failures as the limiters report them.
-async fn bounded<T>(
-    timeout: Duration,
-    call: impl Future<Output = RedisResult<T>>,
-) -> Result<T, RedisLimitError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(error)) => Err(RedisLimitError::Unavailable { error }),
-        Err(_elapsed) => Err(RedisLimitError::Timeout { timeout }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,28 +179,79 @@ mod tests {
     async fn a_lease_takes_what_is_there_or_reserves_ahead_and_plain_requests_wait_for_it() {
         let server = RedisServer::start();
         let source = source(&server).await;
-        let (tokens, _, wait) = granted(source.take(1, 25, Duration::ZERO).await.unwrap());
-        // A full bucket: its 10, at once.
+        let (tokens, began, wait) = granted(source.take(1, 25, Duration::ZERO).await.unwrap());
+        // A full bucket: its 10, at once; empty from `began`, a token each 100 ms after.
         assert_eq!((tokens, wait), (10, Duration::ZERO));
-        // Empty: 5 take 500 ms to come, which is past an `ahead` of 1 ms.
+        // The 5th token is past an `ahead` of 1 ms: refused, told to wait until it comes.
+        // Asked between `began` and `after` on the server's clock, so told between these.
         let refused = source.take(5, 5, Duration::from_millis(1)).await.unwrap();
+        let after = server_micros(&source).await;
+        let Taken::Refused { retry_after } = refused else {
+            panic!("{refused:?}")
+        };
+        let soonest = Duration::from_micros((began + 499_000).saturating_sub(after));
         assert!(
-            matches!(refused, Taken::Refused { retry_after } if retry_after > Duration::from_millis(400)),
-            "{refused:?}"
+            soonest <= retry_after && retry_after <= Duration::from_millis(499),
+            "{retry_after:?}, {soonest:?}"
         );
-        // Within a second: reserved, there in at most 500 ms.
-        let (tokens, _, wait) = granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
-        assert_eq!(tokens, 5);
-        assert!(
-            wait > Duration::from_millis(400) && wait <= Duration::from_millis(500),
-            "{wait:?}"
-        );
+        // Within a second: reserved, beginning when the 5th token comes.
+        let (tokens, reserved, _) =
+            granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
+        assert_eq!((tokens, reserved), (5, began + 500_000));
         // A plain request waits for the reservation to begin, then for its own token.
         let refused = source.bucket.try_acquire("lease", 1).await.unwrap_err();
+        let after = server_micros(&source).await;
+        let RedisLimitError::Limited { retry_after } = refused else {
+            panic!("{refused:?}")
+        };
+        let soonest = Duration::from_micros((reserved + 100_000).saturating_sub(after));
         assert!(
-            matches!(refused, RedisLimitError::Limited { retry_after } if retry_after > Duration::from_millis(400)),
-            "{refused:?}"
+            soonest <= retry_after && retry_after <= Duration::from_millis(600),
+            "{retry_after:?}, {soonest:?}"
         );
+    }
+
+    /// The server's clock, in microseconds.
+    async fn server_micros(source: &RedisSource<ConnectionManager>) -> u64 {
+        let mut connection = source.bucket.connection().clone();
+        let (seconds, micros): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        seconds * 1_000_000 + micros
+    }
+
+    #[tokio::test]
+    async fn a_lease_begun_in_a_rounded_up_microsecond_leaves_no_more_than_the_capacity() {
+        let server = RedisServer::start();
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let mut connection = ConnectionManager::new(client).await.unwrap();
+        let options = RedisOptions::new(FailurePolicy::FailClosed);
+        // A token a part, two parts a microsecond, 4 at most.
+        let bucket =
+            RedisTokenBucket::new(connection.clone(), Rate::per_second(2_000_000), 4, options)
+                .unwrap();
+        assert_eq!(bucket.algorithm().lease_arguments(), [4, 2, 1]);
+        let key = bucket.redis_key("lease");
+        // Counted 10 s ahead of the server's clock (as leases reserved ahead leave it),
+        // holding 3 of 4: the 4th comes in half a microsecond, rounded up to one, in which
+        // the bucket would gain 2, one past its capacity.
+        let source = RedisSource { bucket, key };
+        let ahead_of_now = server_micros(&source).await + 10_000_000;
+        let _: () = ::redis::cmd("HSET")
+            .arg(&source.key)
+            .arg("parts")
+            .arg(3)
+            .arg("time")
+            .arg(ahead_of_now)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let (tokens, began, _) = granted(source.take(4, 4, Duration::from_secs(20)).await.unwrap());
+        assert_eq!((tokens, began), (4, ahead_of_now + 1));
+        // The bucket is empty at that microsecond: the next token is there one later.
+        let (tokens, next, _) = granted(source.take(1, 1, Duration::from_secs(20)).await.unwrap());
+        assert_eq!((tokens, next), (1, began + 1));
     }
 
     #[tokio::test]

@@ -141,7 +141,9 @@ impl LeaseSource for Fake {
                     }
                 } else {
                     let began = when_held(&bucket, got);
-                    bucket.units = bucket.units + (began - bucket.at).as_nanos() * amount
+                    // Never fuller than its capacity, as lease.lua.
+                    bucket.units = (bucket.units + (began - bucket.at).as_nanos() * amount)
+                        .min(fake.cap())
                         - u128::from(got) * per_token;
                     bucket.at = began;
                     Taken::Granted {
@@ -515,4 +517,135 @@ async fn a_lease_reserved_ahead_is_granted_once_it_begins_and_not_before() {
     assert_eq!(front.held_and_queued(), (5, 0));
     sleep_until(start + ms(200)).await;
     assert_eq!(front.held_and_queued(), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_take_leaves_the_line_at_once() {
+    let mut fake = Fake::new(Rate::per_second(10), 100, FailurePolicy::FailClosed);
+    fake.latency = ms(40);
+    let front = front(&fake, ms(10_000), 50);
+    let start = Instant::now();
+    // Granted at 80 ms while nobody polled it, then dropped: its 9 are held.
+    let mut waiting = Box::pin(front.take(9));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    sleep(ms(85)).await;
+    drop(waiting);
+    assert_eq!(front.held_and_queued(), (9, 0));
+    // A take of 10 queues, a call for it begins; dropped 1 ms later, it leaves the line:
+    // the 9 held serve those who come next at once.
+    let _ = tokio::time::timeout(ms(1), front.take(10)).await;
+    assert_eq!(Instant::now() - start, ms(86));
+    assert_eq!(front.held_and_queued(), (9, 0));
+    front.try_take(1).await.expect("granted at once");
+    let asked = Instant::now();
+    front.take(1).await.expect("granted");
+    assert_eq!(Instant::now(), asked);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_expired_on_arrival_is_a_failed_call_and_goes_back() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let mut fake = Fake::new(Rate::per_second(100), 100, policy);
+        // A round trip of 120 ms, past the lifetime of 100 ms.
+        fake.latency = ms(60);
+        let front = front(&fake, ms(25), 50);
+        let start = Instant::now();
+        let result = tokio::time::timeout(ms(1_000), front.take(1))
+            .await
+            .expect("answered after one call");
+        assert_eq!(Instant::now() - start, ms(120));
+        match policy {
+            FailurePolicy::FailClosed => assert!(
+                matches!(
+                    result,
+                    Err(RedisLimitError::LeaseExpiredOnArrival { round_trip, lifetime })
+                        if round_trip == ms(120) && lifetime == ms(100)
+                ),
+                "{result:?}"
+            ),
+            FailurePolicy::FailOpen => {
+                result.expect("allowed");
+                assert_eq!(fake.failed_open.load(Ordering::Relaxed), 1);
+            }
+        }
+        // Given back once ended; the 12 tokens the bucket gained since cover it.
+        sleep(ms(200)).await;
+        assert_eq!(
+            fake.calls(),
+            vec![
+                take_call(60, 1, 1, 1),
+                Call::Give {
+                    at: 180,
+                    tokens: 1,
+                    back_milli: 0
+                }
+            ]
+        );
+    }
+}
+
+/// Grants logged at exact instants by fronts sharing `fake`, checked against the bound:
+/// any interval of length `t` sees at most `capacity + rate × (t + lifetime)`.
+#[tokio::test(start_paused = true)]
+async fn fronts_sharing_a_bucket_never_pass_the_bound_through_busy_and_idle_phases() {
+    // A token each 10 ms, 100 at most; calls answered 5 ms after they are sent.
+    let mut fake = Fake::new(Rate::per_second(100), 100, FailurePolicy::FailClosed);
+    fake.latency = ms(5);
+    let lifetime = ms(100);
+    let start = Instant::now();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let fronts: Vec<_> = (0..3).map(|_| front(&fake, ms(25), 25)).collect();
+    // Front 0 works every other 30 ms, going idle with leases held; front 1 always;
+    // front 2 only after 1,300 ms. Nobody works from 300 to 1,300 ms, so the bucket fills.
+    let busy = |index: usize, at: Duration| {
+        let millis = at.as_millis();
+        match index {
+            _ if (300..1_300).contains(&millis) => false,
+            0 => (millis / 30).is_multiple_of(2),
+            1 => true,
+            _ => millis >= 1_300,
+        }
+    };
+    let tasks = fronts
+        .iter()
+        .enumerate()
+        .flat_map(|(index, front)| (0..4).map(move |_| (index, Arc::clone(front))));
+    let tasks = tasks.map(|(index, front)| {
+        let log = Arc::clone(&log);
+        tokio::spawn(async move {
+            while Instant::now() < start + ms(2_000) {
+                if !busy(index, Instant::now() - start) {
+                    sleep(ms(1)).await;
+                    continue;
+                }
+                front.take(1).await.expect("granted");
+                log.lock()
+                    .unwrap()
+                    .push((Instant::now() - start).as_nanos());
+            }
+        })
+    });
+    for task in join_all(tasks.collect::<Vec<_>>()).await {
+        task.unwrap();
+    }
+    let mut grants = log.lock().unwrap().clone();
+    grants.sort_unstable();
+    // A token is 10^7 ns of gain.
+    for (first, from) in grants.iter().enumerate() {
+        for (last, to) in grants.iter().enumerate().skip(first) {
+            let count = (last - first + 1) as u128;
+            let allowed = 100 + (to - from + lifetime.as_nanos()) / 10_000_000;
+            assert!(count <= allowed, "{count} grants from {from} ns to {to} ns");
+        }
+    }
+    // Exact on the paused clock. Giving back without taking off the gain since the lease
+    // began would admit 308 here: within this bound, since the front gives back no later
+    // than a lifetime after a lease began, but past the 300 the bucket gained and held.
+    assert_eq!(grants.len(), 296);
+    // Front 0 went idle holding leases, and gave some back.
+    let gave_back = fake.calls().into_iter().filter_map(|call| match call {
+        Call::Give { back_milli, .. } => Some(back_milli),
+        Call::Take { .. } => None,
+    });
+    assert!(gave_back.sum::<i128>() > 0);
 }

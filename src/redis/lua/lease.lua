@@ -39,7 +39,9 @@ if ARGV[1] == 'take' then
     return {0, now, millis_ceil(when_held(fewest * per_token) - horizon)}
   end
   local began = when_held(tokens * per_token)
-  parts = parts + (began - time) * gain - tokens * per_token
+  -- `began` is rounded up to a whole microsecond, in which the bucket may gain more than
+  -- it lacked: it still holds no more than its capacity.
+  parts = math.min(capacity, parts + (began - time) * gain) - tokens * per_token
   tb_commit(key, now, parts, began, tb_expiry(now, capacity, gain, parts, began))
   return {tokens, now, began}
 end
