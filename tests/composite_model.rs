@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 use token_bucket::{all, AcquireAllError, Rate, TakeError, TokenBucket, TryAcquireAllError};
 use tokio::task::JoinHandle;
 
@@ -421,15 +421,7 @@ async fn run(setups: Vec<Setup>, ops: Vec<Op>) -> Result<(), TestCaseError> {
 
 #[test]
 fn composites_and_plain_requests_follow_the_reference_model() {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(common::model_config(DEFAULT_CASES, file!()));
     let strategy = (
         proptest::collection::vec(setup(), BUCKETS),
         proptest::collection::vec(op(), 1..40),

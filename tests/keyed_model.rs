@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::lockstep::paused_runtime;
 use common::model::{Kind, Model, ModelRate, Setup, Status, TryTakeRefusal, NO_DEADLINE};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{AcquireError, Keyed, TakeError, TokenBucket, TryAcquireError, TryTakeError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -33,18 +33,7 @@ const DEFAULT_CASES: u32 = 512;
 const SETTLE_YIELDS: usize = 64;
 
 fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
-    Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
-        source_file: Some(file!()),
-        ..Config::default()
-    }
+    common::model_config(DEFAULT_CASES, file!())
 }
 
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use common::lockstep::{
 };
 use common::model::{Kind, Model, ModelRate, Setup, Status, NO_DEADLINE};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{TakeError, TokenBucket};
 use tokio::time::Instant;
 
@@ -30,20 +30,7 @@ const SECOND: u64 = 1_000_000_000;
 const DEFAULT_CASES: u32 = 1024;
 
 fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
-    Config {
-        cases,
-        // A failing case is kept in `tests/model.proptest-regressions` and tried first
-        // on every later run.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
-        source_file: Some(file!()),
-        ..Config::default()
-    }
+    common::model_config(DEFAULT_CASES, file!())
 }
 
 // ----- Generators ----------------------------------------------------------------------

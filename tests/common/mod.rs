@@ -126,3 +126,24 @@ pub fn poll_once_in<F: std::future::Future>(
 ) -> std::task::Poll<F::Output> {
     runtime.block_on(async { futures::poll!(std::pin::pin!(future)) })
 }
+
+/// The proptest settings of the model-based tests: `PROPTEST_CASES` cases if set, else
+/// `default_cases`; a failing case is kept in `<source_file's stem>.proptest-regressions`
+/// beside the test and tried first on every later run.
+pub fn model_config(
+    default_cases: u32,
+    source_file: &'static str,
+) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        source_file: Some(source_file),
+        ..proptest::test_runner::Config::default()
+    }
+}
