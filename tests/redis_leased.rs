@@ -90,7 +90,7 @@ async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
     let began = server_micros(&server).await;
     let start = Instant::now();
     // Two fronts busy throughout; two busy only every other 100 ms, so that they go idle
-    // holding leases, which go back.
+    // holding leases, and the bound must hold through what they give back.
     let tasks = fronts
         .iter()
         .enumerate()
@@ -126,16 +126,15 @@ async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
         "{grants} grants in {} µs of Redis's clock, above the bound",
         ended - began
     );
-    let (calls, granted, given_back) = fronts.iter().fold((0, 0, 0), |sums, front| {
+    // Whether a pausing front holds anything worth giving back when it goes idle depends
+    // on where the machine's scheduling left its lease (often 0 to 5 tokens, which the
+    // bucket regains within the idle time): not asserted on real time. Giving back at
+    // idle is checked at exact instants in `src/redis/leased/tests.rs`.
+    let (calls, granted) = fronts.iter().fold((0, 0), |sums, front| {
         let stats = front.stats();
-        (
-            sums.0 + stats.redis_calls,
-            sums.1 + stats.granted,
-            sums.2 + stats.given_back,
-        )
+        (sums.0 + stats.redis_calls, sums.1 + stats.granted)
     });
     assert_eq!(granted, grants);
-    assert!(given_back > 0, "the pausing fronts gave nothing back");
     // Leases at work: many grants per call.
     assert!(calls * 5 < granted, "{calls} calls for {granted} grants");
 }
