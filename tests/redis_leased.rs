@@ -10,10 +10,14 @@
 #[allow(dead_code)]
 mod redis_server;
 
+#[path = "common/leased.rs"]
+mod leased;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use leased::{front_holding_nine, takeable};
 use redis_server::RedisServer;
 use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
 use token_bucket::redis::driver::Client;
@@ -51,18 +55,6 @@ async fn server_micros(server: &RedisServer) -> u64 {
 /// A bucket that gains one token an hour: nothing accrues during a test.
 fn hourly(connection: ConnectionManager, capacity: u64) -> RedisTokenBucket {
     RedisTokenBucket::new(connection, Rate::per_hour(1), capacity, fail_closed()).unwrap()
-}
-
-/// The largest number of tokens of `limiter`'s bucket at `key` that can be taken at once
-/// (the whole tokens it holds), found by taking them.
-async fn takeable(limiter: &RedisTokenBucket, key: &str) -> u64 {
-    let mut taken = 0;
-    for size in [64, 32, 16, 8, 4, 2, 1] {
-        while limiter.try_acquire(key, size).await.is_ok() {
-            taken += size;
-        }
-    }
-    taken
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,30 +150,18 @@ async fn a_leased_front_and_a_plain_limiter_share_one_bucket() {
 
 /// A front holding 9 unused tokens of the 20 it took from a bucket of 100 gaining one an
 /// hour, and the limiter it leases from.
-async fn front_holding_nine(
+async fn front_holding_nine_on_hot(
     server: &RedisServer,
 ) -> (RedisTokenBucket, token_bucket::redis::LeasedBucket) {
     let limiter = hourly(connect(server).await, 100);
-    let front = limiter
-        .leased(
-            "hot",
-            LeaseOptions::new().with_lifetime(Duration::from_secs(60)),
-        )
-        .unwrap();
-    // Ten at once: a lease of 10. Then one: a lease of the ten granted over the lifetime.
-    for result in join_all((0..10).map(|_| front.take(1))).await {
-        result.unwrap();
-    }
-    front.take(1).await.unwrap();
-    let stats = front.stats();
-    assert_eq!((stats.leased, stats.granted, stats.held), (20, 11, 9));
+    let front = front_holding_nine(&limiter, "hot").await;
     (limiter, front)
 }
 
 #[tokio::test]
 async fn close_gives_the_unused_tokens_back_to_redis() {
     let server = RedisServer::start();
-    let (limiter, front) = front_holding_nine(&server).await;
+    let (limiter, front) = front_holding_nine_on_hot(&server).await;
     front.close().await;
     assert_eq!(front.stats().given_back, 9);
     assert!(matches!(front.take(1).await, Err(RedisLimitError::Closed)));
@@ -192,7 +172,7 @@ async fn close_gives_the_unused_tokens_back_to_redis() {
 #[tokio::test]
 async fn dropping_the_last_handle_gives_the_unused_tokens_back_too() {
     let server = RedisServer::start();
-    let (limiter, front) = front_holding_nine(&server).await;
+    let (limiter, front) = front_holding_nine_on_hot(&server).await;
     let clone = front.clone();
     drop(front);
     // A clone keeps it open.

@@ -19,6 +19,7 @@ use token_bucket::redis::{
 };
 use token_bucket::Rate;
 
+use super::leased::{front_holding_nine, takeable};
 use super::redis_server::{cli, RedisCluster};
 use super::{
     bucket_and_window, fail_closed, fail_open, hourly_bucket, hourly_log, hourly_window,
@@ -153,6 +154,24 @@ async fn on_a_cluster_a_node_that_lost_its_scripts_is_sent_them_again() {
     for key in KEYS {
         limiter.try_acquire(key, 9).await.unwrap();
         assert!(is_limited(limiter.try_acquire(key, 1).await));
+    }
+}
+
+#[tokio::test]
+async fn on_a_cluster_a_leased_front_gives_back_into_its_keys_slot_whatever_the_key() {
+    let cluster = shared_cluster();
+    let options = fail_closed().with_prefix("leased:");
+    let connection = connect(&cluster).await;
+    let limiter = RedisTokenBucket::new(connection, Rate::per_hour(1), 100, options).unwrap();
+    // The give-back remembers itself in a key of the bucket's slot, named after the key
+    // without a hash tag, after its hash tag, and after a tag found for a key that has
+    // neither (its `}` would cut `{key}` short). In another slot, Redis would refuse it.
+    for key in ["hot", "{tenant-7}:hot", "a}b"] {
+        let front = front_holding_nine(&limiter, key).await;
+        front.close().await;
+        assert_eq!(front.stats().given_back, 9, "{key}");
+        // 80 left, and the 9 back (less what the bucket gained meanwhile, under a token).
+        assert_eq!(takeable(&limiter, key).await, 89, "{key}");
     }
 }
 
