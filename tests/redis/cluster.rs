@@ -231,10 +231,10 @@ impl Asker {
 const LIMIT: u64 = 150;
 const TAKEN_BEFORE: u64 = 100;
 
-/// Each kind of limiter under each policy, on `key` (its own prefix for each policy):
-/// six askers, their Redis keys in `key`'s slot when `key` is a hash tag.
-async fn askers(connection: &ClusterConnection, key: &str) -> Vec<Arc<Asker>> {
-    let timeout = Duration::from_millis(500);
+/// Each kind of limiter under each policy, on `key` (its own prefix for each policy),
+/// each call bounded by `timeout`: six askers, their Redis keys in `key`'s slot when `key`
+/// is a hash tag.
+async fn askers(connection: &ClusterConnection, key: &str, timeout: Duration) -> Vec<Arc<Asker>> {
     let mut askers = Vec::new();
     for (policy, options) in [("fail-open", fail_open()), ("fail-closed", fail_closed())] {
         let options: RedisOptions = options
@@ -321,7 +321,9 @@ async fn a_slot_migrated_under_traffic_over_admits_nothing_under_either_policy()
     let connection = connect(&cluster).await;
     // A hash tag of its own: every asker's key in one slot that no other test uses.
     let key = "{migrating}";
-    let askers = askers(&connection, key).await;
+    // Nothing should fall to the policy while the slot moves: a call is bounded only by
+    // a timeout no loaded machine reaches, so that one it hits says something is wrong.
+    let askers = askers(&connection, key, Duration::from_secs(10)).await;
     let slot = cluster.slot(key);
     let from = cluster.owner(slot);
     let to = *cluster
@@ -387,8 +389,11 @@ async fn a_slot_migrated_under_traffic_over_admits_nothing_under_either_policy()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_under_traffic_over_admits_nothing_under_either_policy() {
-    // Its own cluster, with a replica of the first master, which is killed.
-    let mut cluster = RedisCluster::start(3, 1, Duration::from_millis(1000));
+    // Its own cluster, with a replica of the first master, which is killed. A node silent
+    // for 2 s is taken for failed: long enough that a loaded machine stalling a node does
+    // not fail its master over before the kill (losing its last grants to asynchronous
+    // replication), short enough that the test does not wait long.
+    let mut cluster = RedisCluster::start(3, 1, Duration::from_secs(2));
     let master = cluster.master_ports()[0];
     let replica = cluster.replica_ports()[0];
     // A hash tag served by the first master.
@@ -397,7 +402,8 @@ async fn a_failover_under_traffic_over_admits_nothing_under_either_policy() {
         .find(|tag| cluster.owner(cluster.slot(tag)) == master)
         .unwrap();
     let connection = connect(&cluster).await;
-    let askers = askers(&connection, &key).await;
+    // Short, so that while no master serves the key many calls fall to the policy.
+    let askers = askers(&connection, &key, Duration::from_millis(500)).await;
     // The replica has every write so far.
     assert_eq!(cli(master, &["WAIT", "1", "5000"]), "1");
 
