@@ -57,30 +57,38 @@ async fn connect(cluster: &RedisCluster) -> ClusterConnection {
 /// Keys whose Redis keys, for every kind, are spread over all three masters.
 const KEYS: [&str; 6] = ["user-1", "user-2", "user-3", "user-4", "user-5", "user-6"];
 
-/// Checks that `KEYS`, as each kind's Redis keys, are served by every master.
-fn assert_spread_over_every_master(cluster: &RedisCluster, redis_key: impl Fn(&str) -> String) {
-    let mut owners: Vec<u16> = KEYS
+/// Checks that `keys`, as one kind's Redis keys, are served by every master.
+fn assert_spread_over_every_master(
+    cluster: &RedisCluster,
+    keys: &[&str],
+    redis_key: impl Fn(&str) -> String,
+) {
+    let mut owners: Vec<u16> = keys
         .iter()
         .map(|key| cluster.owner(cluster.slot(&redis_key(key))))
         .collect();
     owners.sort_unstable();
     owners.dedup();
-    assert_eq!(owners, {
-        let mut masters = cluster.master_ports();
-        masters.sort_unstable();
-        masters
-    });
+    let mut masters = cluster.master_ports();
+    masters.sort_unstable();
+    assert_eq!(owners, masters, "{keys:?}");
+}
+
+/// Checks that `keys`, as every kind's Redis keys (of the default prefix), are served by
+/// every master.
+async fn assert_every_kind_spread_over_every_master(cluster: &RedisCluster, keys: &[&str]) {
+    let bucket = hourly_bucket(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| bucket.redis_key(key));
+    let window = hourly_window(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| window.redis_key(key));
+    let log = hourly_log(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| log.redis_key(key));
 }
 
 #[tokio::test]
 async fn on_a_cluster_two_instances_never_grant_more_than_the_limit_together() {
     let cluster = shared_cluster();
-    let probe = hourly_bucket(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| probe.redis_key(key));
-    let window = hourly_window(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| window.redis_key(key));
-    let log = hourly_log(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| log.redis_key(key));
+    assert_every_kind_spread_over_every_master(&cluster, &KEYS).await;
     for key in KEYS {
         let connections = || async { [connect(&cluster).await, connect(&cluster).await] };
         two_instances_share_one_limit("token bucket", hourly_bucket, connections().await, key)
@@ -94,7 +102,10 @@ async fn on_a_cluster_two_instances_never_grant_more_than_the_limit_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_thirty_two_tasks_never_grant_more_than_the_limit() {
     let cluster = shared_cluster();
-    for key in ["tasks-1", "tasks-2", "tasks-3"] {
+    // Three keys that each kind's Redis keys spread over the three masters.
+    let keys = ["tasks-2", "tasks-11", "tasks-12"];
+    assert_every_kind_spread_over_every_master(&cluster, &keys).await;
+    for key in keys {
         let connection = connect(&cluster).await;
         thirty_two_tasks_share_one_limit("token bucket", hourly_bucket, connection.clone(), key)
             .await;
@@ -110,7 +121,10 @@ async fn on_a_cluster_keys_expire_once_idle() {
     let connection = connect(&cluster).await;
     let mut admin = connection.clone();
     let window = Duration::from_millis(400);
-    for key in ["idle-1", "idle-2", "idle-3"] {
+    // Three keys that each kind's Redis keys spread over the three masters.
+    let keys = ["idle-3", "idle-4", "idle-12"];
+    assert_every_kind_spread_over_every_master(&cluster, &keys).await;
+    for key in keys {
         let bucket =
             RedisTokenBucket::new(connection.clone(), Rate::new(2, window), 2, fail_closed())
                 .unwrap();
@@ -144,7 +158,7 @@ async fn on_a_cluster_a_node_that_lost_its_scripts_is_sent_them_again() {
     // A prefix of its own: the shared cluster's other tests use the same keys.
     let options = fail_closed().with_prefix("scripts:");
     let limiter = RedisSlidingLog::new(connect(&cluster).await, 10, HOUR, options).unwrap();
-    assert_spread_over_every_master(&cluster, |key| limiter.redis_key(key));
+    assert_spread_over_every_master(&cluster, &KEYS, |key| limiter.redis_key(key));
     for key in KEYS {
         limiter.try_acquire(key, 1).await.unwrap();
     }
