@@ -10,6 +10,9 @@
 #[path = "common/redis_server.rs"]
 mod redis_server;
 
+#[path = "common/leased.rs"]
+mod leased;
+
 // The same on a Redis Cluster.
 #[path = "redis/cluster.rs"]
 mod cluster;

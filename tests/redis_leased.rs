@@ -10,10 +10,14 @@
 #[allow(dead_code)]
 mod redis_server;
 
+#[path = "common/leased.rs"]
+mod leased;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use leased::{front_holding_nine, takeable};
 use redis_server::RedisServer;
 use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
 use token_bucket::redis::driver::Client;
@@ -53,23 +57,15 @@ fn hourly(connection: ConnectionManager, capacity: u64) -> RedisTokenBucket {
     RedisTokenBucket::new(connection, Rate::per_hour(1), capacity, fail_closed()).unwrap()
 }
 
-/// The largest number of tokens of `limiter`'s bucket at `key` that can be taken at once
-/// (the whole tokens it holds), found by taking them.
-async fn takeable(limiter: &RedisTokenBucket, key: &str) -> u64 {
-    let mut taken = 0;
-    for size in [64, 32, 16, 8, 4, 2, 1] {
-        while limiter.try_acquire(key, size).await.is_ok() {
-            taken += size;
-        }
-    }
-    taken
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
     let server = RedisServer::start();
-    let (rate, capacity, lifetime) = (1_000u64, 400u64, Duration::from_millis(50));
-    let run = Duration::from_millis(1_500);
+    // A lifetime of a second: a lease whose round trip took longer would fail its call
+    // (`LeaseExpiredOnArrival`), which a loaded machine must not cause.
+    let (rate, capacity, lifetime) = (1_000u64, 400u64, Duration::from_secs(1));
+    // Phases longer than the idle time, a quarter of the lifetime.
+    let phase = Duration::from_millis(300);
+    let run = phase * 6;
     let count = Arc::new(Mutex::new(0u64));
     let mut fronts = Vec::new();
     // Four processes' fronts, each over its own connection, eight tasks each.
@@ -89,7 +85,7 @@ async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
     }
     let began = server_micros(&server).await;
     let start = Instant::now();
-    // Two fronts busy throughout; two busy only every other 100 ms, so that they go idle
+    // Two fronts busy throughout; two busy only every other phase, so that they go idle
     // holding leases, and the bound must hold through what they give back.
     let tasks = fronts
         .iter()
@@ -99,9 +95,9 @@ async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
         let count = count.clone();
         tokio::spawn(async move {
             while start.elapsed() < run {
-                let phase = start.elapsed().as_millis() / 100;
-                if index >= 2 && phase % 2 == 1 {
-                    let next = start + Duration::from_millis(100 * (phase as u64 + 1) + task);
+                let phases = start.elapsed().as_millis() / phase.as_millis();
+                if index >= 2 && phases % 2 == 1 {
+                    let next = start + phase * (phases as u32 + 1) + Duration::from_millis(task);
                     tokio::time::sleep_until(next.into()).await;
                     continue;
                 }
@@ -135,7 +131,9 @@ async fn leased_fronts_on_one_key_grant_no_more_than_redis_gave_over_the_run() {
         (sums.0 + stats.redis_calls, sums.1 + stats.granted)
     });
     assert_eq!(granted, grants);
-    // Leases at work: many grants per call.
+    // Leases at work: many grants per call. A lease is at least half the demand of the
+    // last lifetime, so a machine slowed tenfold still brings about ten tokens a call.
+    println!("{calls} calls for {granted} grants");
     assert!(calls * 5 < granted, "{calls} calls for {granted} grants");
 }
 
@@ -158,30 +156,18 @@ async fn a_leased_front_and_a_plain_limiter_share_one_bucket() {
 
 /// A front holding 9 unused tokens of the 20 it took from a bucket of 100 gaining one an
 /// hour, and the limiter it leases from.
-async fn front_holding_nine(
+async fn front_holding_nine_on_hot(
     server: &RedisServer,
 ) -> (RedisTokenBucket, token_bucket::redis::LeasedBucket) {
     let limiter = hourly(connect(server).await, 100);
-    let front = limiter
-        .leased(
-            "hot",
-            LeaseOptions::new().with_lifetime(Duration::from_secs(60)),
-        )
-        .unwrap();
-    // Ten at once: a lease of 10. Then one: a lease of the ten granted over the lifetime.
-    for result in join_all((0..10).map(|_| front.take(1))).await {
-        result.unwrap();
-    }
-    front.take(1).await.unwrap();
-    let stats = front.stats();
-    assert_eq!((stats.leased, stats.granted, stats.held), (20, 11, 9));
+    let front = front_holding_nine(&limiter, "hot").await;
     (limiter, front)
 }
 
 #[tokio::test]
 async fn close_gives_the_unused_tokens_back_to_redis() {
     let server = RedisServer::start();
-    let (limiter, front) = front_holding_nine(&server).await;
+    let (limiter, front) = front_holding_nine_on_hot(&server).await;
     front.close().await;
     assert_eq!(front.stats().given_back, 9);
     assert!(matches!(front.take(1).await, Err(RedisLimitError::Closed)));
@@ -192,7 +178,7 @@ async fn close_gives_the_unused_tokens_back_to_redis() {
 #[tokio::test]
 async fn dropping_the_last_handle_gives_the_unused_tokens_back_too() {
     let server = RedisServer::start();
-    let (limiter, front) = front_holding_nine(&server).await;
+    let (limiter, front) = front_holding_nine_on_hot(&server).await;
     let clone = front.clone();
     drop(front);
     // A clone keeps it open.

@@ -143,12 +143,14 @@ impl ScriptCall {
         }
     }
 
-    /// A lease call on the token bucket at `key`: `action` and `numbers` as `lease.lua`
-    /// reads them.
-    pub(crate) fn lease(key: &str, action: &str, numbers: &[u64]) -> ScriptCall {
+    /// A lease call on the token bucket at `keys[0]`: `keys`, `action` and `numbers` as
+    /// `lease.lua` reads them.
+    pub(crate) fn lease(keys: &[&str], action: &str, numbers: &[u64]) -> ScriptCall {
         let mut rest = Vec::new();
-        1.write_redis_args(&mut rest);
-        key.write_redis_args(&mut rest);
+        keys.len().write_redis_args(&mut rest);
+        for key in keys {
+            key.write_redis_args(&mut rest);
+        }
         action.write_redis_args(&mut rest);
         for number in numbers {
             number.write_redis_args(&mut rest);

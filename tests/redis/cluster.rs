@@ -19,6 +19,7 @@ use token_bucket::redis::{
 };
 use token_bucket::Rate;
 
+use super::leased::{front_holding_nine, takeable};
 use super::redis_server::{cli, RedisCluster};
 use super::{
     bucket_and_window, fail_closed, fail_open, hourly_bucket, hourly_log, hourly_window,
@@ -56,30 +57,38 @@ async fn connect(cluster: &RedisCluster) -> ClusterConnection {
 /// Keys whose Redis keys, for every kind, are spread over all three masters.
 const KEYS: [&str; 6] = ["user-1", "user-2", "user-3", "user-4", "user-5", "user-6"];
 
-/// Checks that `KEYS`, as each kind's Redis keys, are served by every master.
-fn assert_spread_over_every_master(cluster: &RedisCluster, redis_key: impl Fn(&str) -> String) {
-    let mut owners: Vec<u16> = KEYS
+/// Checks that `keys`, as one kind's Redis keys, are served by every master.
+fn assert_spread_over_every_master(
+    cluster: &RedisCluster,
+    keys: &[&str],
+    redis_key: impl Fn(&str) -> String,
+) {
+    let mut owners: Vec<u16> = keys
         .iter()
         .map(|key| cluster.owner(cluster.slot(&redis_key(key))))
         .collect();
     owners.sort_unstable();
     owners.dedup();
-    assert_eq!(owners, {
-        let mut masters = cluster.master_ports();
-        masters.sort_unstable();
-        masters
-    });
+    let mut masters = cluster.master_ports();
+    masters.sort_unstable();
+    assert_eq!(owners, masters, "{keys:?}");
+}
+
+/// Checks that `keys`, as every kind's Redis keys (of the default prefix), are served by
+/// every master.
+async fn assert_every_kind_spread_over_every_master(cluster: &RedisCluster, keys: &[&str]) {
+    let bucket = hourly_bucket(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| bucket.redis_key(key));
+    let window = hourly_window(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| window.redis_key(key));
+    let log = hourly_log(connect(cluster).await, 1);
+    assert_spread_over_every_master(cluster, keys, |key| log.redis_key(key));
 }
 
 #[tokio::test]
 async fn on_a_cluster_two_instances_never_grant_more_than_the_limit_together() {
     let cluster = shared_cluster();
-    let probe = hourly_bucket(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| probe.redis_key(key));
-    let window = hourly_window(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| window.redis_key(key));
-    let log = hourly_log(connect(&cluster).await, 1);
-    assert_spread_over_every_master(&cluster, |key| log.redis_key(key));
+    assert_every_kind_spread_over_every_master(&cluster, &KEYS).await;
     for key in KEYS {
         let connections = || async { [connect(&cluster).await, connect(&cluster).await] };
         two_instances_share_one_limit("token bucket", hourly_bucket, connections().await, key)
@@ -93,7 +102,10 @@ async fn on_a_cluster_two_instances_never_grant_more_than_the_limit_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_thirty_two_tasks_never_grant_more_than_the_limit() {
     let cluster = shared_cluster();
-    for key in ["tasks-1", "tasks-2", "tasks-3"] {
+    // Three keys that each kind's Redis keys spread over the three masters.
+    let keys = ["tasks-2", "tasks-11", "tasks-12"];
+    assert_every_kind_spread_over_every_master(&cluster, &keys).await;
+    for key in keys {
         let connection = connect(&cluster).await;
         thirty_two_tasks_share_one_limit("token bucket", hourly_bucket, connection.clone(), key)
             .await;
@@ -109,7 +121,10 @@ async fn on_a_cluster_keys_expire_once_idle() {
     let connection = connect(&cluster).await;
     let mut admin = connection.clone();
     let window = Duration::from_millis(400);
-    for key in ["idle-1", "idle-2", "idle-3"] {
+    // Three keys that each kind's Redis keys spread over the three masters.
+    let keys = ["idle-3", "idle-4", "idle-12"];
+    assert_every_kind_spread_over_every_master(&cluster, &keys).await;
+    for key in keys {
         let bucket =
             RedisTokenBucket::new(connection.clone(), Rate::new(2, window), 2, fail_closed())
                 .unwrap();
@@ -143,7 +158,7 @@ async fn on_a_cluster_a_node_that_lost_its_scripts_is_sent_them_again() {
     // A prefix of its own: the shared cluster's other tests use the same keys.
     let options = fail_closed().with_prefix("scripts:");
     let limiter = RedisSlidingLog::new(connect(&cluster).await, 10, HOUR, options).unwrap();
-    assert_spread_over_every_master(&cluster, |key| limiter.redis_key(key));
+    assert_spread_over_every_master(&cluster, &KEYS, |key| limiter.redis_key(key));
     for key in KEYS {
         limiter.try_acquire(key, 1).await.unwrap();
     }
@@ -153,6 +168,24 @@ async fn on_a_cluster_a_node_that_lost_its_scripts_is_sent_them_again() {
     for key in KEYS {
         limiter.try_acquire(key, 9).await.unwrap();
         assert!(is_limited(limiter.try_acquire(key, 1).await));
+    }
+}
+
+#[tokio::test]
+async fn on_a_cluster_a_leased_front_gives_back_into_its_keys_slot_whatever_the_key() {
+    let cluster = shared_cluster();
+    let options = fail_closed().with_prefix("leased:");
+    let connection = connect(&cluster).await;
+    let limiter = RedisTokenBucket::new(connection, Rate::per_hour(1), 100, options).unwrap();
+    // The give-back remembers itself in a key of the bucket's slot, named after the key
+    // without a hash tag, after its hash tag, and after a tag found for a key that has
+    // neither (its `}` would cut `{key}` short). In another slot, Redis would refuse it.
+    for key in ["hot", "{tenant-7}:hot", "a}b"] {
+        let front = front_holding_nine(&limiter, key).await;
+        front.close().await;
+        assert_eq!(front.stats().given_back, 9, "{key}");
+        // 80 left, and the 9 back (less what the bucket gained meanwhile, under a token).
+        assert_eq!(takeable(&limiter, key).await, 89, "{key}");
     }
 }
 
@@ -212,10 +245,10 @@ impl Asker {
 const LIMIT: u64 = 150;
 const TAKEN_BEFORE: u64 = 100;
 
-/// Each kind of limiter under each policy, on `key` (its own prefix for each policy):
-/// six askers, their Redis keys in `key`'s slot when `key` is a hash tag.
-async fn askers(connection: &ClusterConnection, key: &str) -> Vec<Arc<Asker>> {
-    let timeout = Duration::from_millis(500);
+/// Each kind of limiter under each policy, on `key` (its own prefix for each policy),
+/// each call bounded by `timeout`: six askers, their Redis keys in `key`'s slot when `key`
+/// is a hash tag.
+async fn askers(connection: &ClusterConnection, key: &str, timeout: Duration) -> Vec<Arc<Asker>> {
     let mut askers = Vec::new();
     for (policy, options) in [("fail-open", fail_open()), ("fail-closed", fail_closed())] {
         let options: RedisOptions = options
@@ -302,7 +335,9 @@ async fn a_slot_migrated_under_traffic_over_admits_nothing_under_either_policy()
     let connection = connect(&cluster).await;
     // A hash tag of its own: every asker's key in one slot that no other test uses.
     let key = "{migrating}";
-    let askers = askers(&connection, key).await;
+    // Nothing should fall to the policy while the slot moves: a call is bounded only by
+    // a timeout no loaded machine reaches, so that one it hits says something is wrong.
+    let askers = askers(&connection, key, Duration::from_secs(10)).await;
     let slot = cluster.slot(key);
     let from = cluster.owner(slot);
     let to = *cluster
@@ -368,8 +403,11 @@ async fn a_slot_migrated_under_traffic_over_admits_nothing_under_either_policy()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_under_traffic_over_admits_nothing_under_either_policy() {
-    // Its own cluster, with a replica of the first master, which is killed.
-    let mut cluster = RedisCluster::start(3, 1, Duration::from_millis(1000));
+    // Its own cluster, with a replica of the first master, which is killed. A node silent
+    // for 2 s is taken for failed: long enough that a loaded machine stalling a node does
+    // not fail its master over before the kill (losing its last grants to asynchronous
+    // replication), short enough that the test does not wait long.
+    let mut cluster = RedisCluster::start(3, 1, Duration::from_secs(2));
     let master = cluster.master_ports()[0];
     let replica = cluster.replica_ports()[0];
     // A hash tag served by the first master.
@@ -378,7 +416,8 @@ async fn a_failover_under_traffic_over_admits_nothing_under_either_policy() {
         .find(|tag| cluster.owner(cluster.slot(tag)) == master)
         .unwrap();
     let connection = connect(&cluster).await;
-    let askers = askers(&connection, &key).await;
+    // Short, so that while no master serves the key many calls fall to the policy.
+    let askers = askers(&connection, &key, Duration::from_millis(500)).await;
     // The replica has every write so far.
     assert_eq!(cli(master, &["WAIT", "1", "5000"]), "1");
 

@@ -4,6 +4,8 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
+use super::source::LeaseTicket;
+
 /// Tokens taken from the source in one call, not yet granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Lease {
@@ -16,8 +18,8 @@ pub(crate) struct Lease {
     /// ...until this one, `lifetime` after the call began, plus that wait: so no later
     /// than `lifetime` after it began.
     pub(crate) usable_until: Instant,
-    /// When it began, on the source's clock (microseconds).
-    pub(crate) began: u64,
+    /// What the source knows it by.
+    pub(crate) ticket: LeaseTicket,
 }
 
 impl Lease {
@@ -46,7 +48,7 @@ impl Budget {
         tokens: u64,
         usable_from: Instant,
         usable_until: Instant,
-        began: u64,
+        ticket: LeaseTicket,
     ) {
         self.made += 1;
         self.insert(Lease {
@@ -54,7 +56,7 @@ impl Budget {
             tokens,
             usable_from,
             usable_until,
-            began,
+            ticket,
         });
     }
 
@@ -172,15 +174,23 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The source's ticket of its lease `number`, begun at its instant `number`.
+    fn ticket(number: u64) -> LeaseTicket {
+        LeaseTicket {
+            number,
+            began: number,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn grants_come_from_the_lease_that_ends_first_and_never_after_it_ends() {
         let start = Instant::now();
         let ms = Duration::from_millis;
         let mut budget = Budget::default();
-        budget.add(5, start, start + ms(100), 1);
-        budget.add(3, start, start + ms(50), 2);
+        budget.add(5, start, start + ms(100), ticket(1));
+        budget.add(3, start, start + ms(50), ticket(2));
         // Not yet begun: reserved, not held.
-        budget.add(4, start + ms(60), start + ms(160), 3);
+        budget.add(4, start + ms(60), start + ms(160), ticket(3));
         assert_eq!(budget.reserved(start), 12);
         assert_eq!(budget.next_start(start), Some(start + ms(60)));
         assert_eq!(budget.held(start), 8);
@@ -198,7 +208,7 @@ mod tests {
         assert_eq!(budget.held(start + ms(99)), 9);
         let ended = budget.ended(start + ms(100));
         assert_eq!(ended.len(), 1);
-        assert_eq!((ended[0].tokens, ended[0].began), (5, 1));
+        assert_eq!((ended[0].tokens, ended[0].ticket), (5, ticket(1)));
         // The lease ending at 50 ms, emptied, is forgotten once ended: nothing to refill.
         budget.put_back(&[(2, 1)]);
         assert_eq!(budget.held(start + ms(100)), 4);
@@ -211,8 +221,8 @@ mod tests {
         let start = Instant::now();
         let ms = Duration::from_millis;
         let mut budget = Budget::default();
-        budget.add(5, start, start + ms(100), 1);
-        budget.add(3, start + ms(10), start + ms(50), 2);
+        budget.add(5, start, start + ms(100), ticket(1));
+        budget.add(3, start + ms(10), start + ms(50), ticket(2));
         let mut pieces = Vec::new();
         assert!(budget.draw(start, 4, Some(&mut pieces)));
         assert_eq!(pieces, vec![(1, 4)]);

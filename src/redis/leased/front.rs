@@ -375,7 +375,7 @@ impl<S: LeaseSource> Front<S> {
         match outcome {
             Ok(Taken::Granted {
                 tokens,
-                began,
+                ticket,
                 wait,
             }) => {
                 Counters::add(&self.counters.leased, tokens);
@@ -384,7 +384,7 @@ impl<S: LeaseSource> Front<S> {
                 let usable_from = arrived + wait;
                 let usable_until = started + wait + self.settings.lifetime;
                 // Held even if already ended, so that the lease task gives it back.
-                state.budget.add(tokens, usable_from, usable_until, began);
+                state.budget.add(tokens, usable_from, usable_until, ticket);
                 state.refused_until = None;
                 if usable_from >= usable_until {
                     // Expired on arrival: a failed call, or a round trip always longer

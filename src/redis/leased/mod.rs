@@ -55,7 +55,9 @@ use crate::error::ConfigError;
 /// when its last handle is dropped. Redis takes back the unused tokens less what the
 /// bucket gained since it granted the lease (had the tokens never been taken, a full
 /// bucket would have stopped gaining), and never fills the bucket past its capacity, which
-/// keeps the bound above.
+/// keeps the bound above. Each give-back is applied once, however often a connection
+/// sends it: Redis remembers it in a key beside the bucket's (`…:given:<lease>`, in its
+/// hash slot) for as long as giving it back could return anything.
 ///
 /// **Order.** [`take`](Self::take) requests are served first in, first out, in this
 /// process; [`try_take`](Self::try_take) never passes them. Across processes there is no
@@ -165,10 +167,7 @@ impl<C: RedisConnection> RedisTokenBucket<C> {
     /// ```
     pub fn leased(&self, key: &str, options: LeaseOptions) -> Result<LeasedBucket<C>, ConfigError> {
         let settings = options.settings(self.capacity())?;
-        let source = RedisSource {
-            bucket: self.clone(),
-            key: self.redis_key(key),
-        };
+        let source = RedisSource::new(self.clone(), self.redis_key(key));
         Ok(LeasedBucket {
             handle: Arc::new(Handle {
                 front: Arc::new(Front::new(source, settings)),

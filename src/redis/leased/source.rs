@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ::redis::cluster_routing::Slot;
 use futures::future::BoxFuture;
 
 use crate::rate::Rate;
@@ -11,14 +12,25 @@ use crate::redis::decision::bounded;
 use crate::redis::scripts::ScriptCall;
 use crate::redis::{FailurePolicy, RedisLimitError, RedisTokenBucket};
 
+/// What the source knows a lease by, which giving it back names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseTicket {
+    /// Unique among the key's leases, whichever process took them (in Redis, the
+    /// server's microsecond at which the take ran): the source applies one give-back per
+    /// number, however often it is sent.
+    pub(crate) number: u64,
+    /// When the lease's tokens are there, on the source's clock (microseconds).
+    pub(crate) began: u64,
+}
+
 /// What a call to take a lease came back with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Taken {
     /// `tokens` (at least the fewest asked for) were taken, there from the source's
-    /// instant `began` (which giving them back names), `wait` after the source decided.
+    /// instant `ticket.began`, `wait` after the source decided.
     Granted {
         tokens: u64,
-        began: u64,
+        ticket: LeaseTicket,
         wait: Duration,
     },
     /// Fewer than the fewest asked for would be there within the time allowed; nothing
@@ -38,10 +50,13 @@ pub(crate) trait LeaseSource: Send + Sync + 'static {
         ahead: Duration,
     ) -> BoxFuture<'static, Result<Taken, RedisLimitError>>;
 
-    /// Gives back `tokens` of a lease that began at `began`, less what the bucket gained
-    /// since (see `lease.lua`).
-    fn give_back(&self, tokens: u64, began: u64)
-        -> BoxFuture<'static, Result<(), RedisLimitError>>;
+    /// Gives back `tokens` of the lease `ticket`, less what the bucket gained since it
+    /// began (see `lease.lua`); once, however often it is sent.
+    fn give_back(
+        &self,
+        tokens: u64,
+        ticket: LeaseTicket,
+    ) -> BoxFuture<'static, Result<(), RedisLimitError>>;
 
     /// The bucket's capacity.
     fn capacity(&self) -> u64;
@@ -66,16 +81,60 @@ pub(crate) struct RedisSource<C> {
     pub(crate) bucket: RedisTokenBucket<C>,
     /// The whole Redis key.
     pub(crate) key: String,
+    /// What the keys remembering give-backs are named, before a lease's number.
+    given_prefix: String,
 }
 
 impl<C: RedisConnection> RedisSource<C> {
-    /// `lease.lua`'s call for `action` with its numbers.
-    fn call(&self, action: &str, numbers: &[u64]) -> ScriptCall {
+    /// The bucket at the Redis key `key` of `bucket`.
+    pub(crate) fn new(bucket: RedisTokenBucket<C>, key: String) -> RedisSource<C> {
+        let given_prefix = given_prefix(&key);
+        RedisSource {
+            bucket,
+            key,
+            given_prefix,
+        }
+    }
+
+    /// `lease.lua`'s call for `action` on `keys` with its numbers.
+    fn call(&self, keys: &[&str], action: &str, numbers: &[u64]) -> ScriptCall {
         let [capacity, gain, per_token] = self.bucket.algorithm().lease_arguments();
         let mut arguments = vec![capacity, gain, per_token];
         arguments.extend_from_slice(numbers);
-        ScriptCall::lease(&self.key, action, &arguments)
+        ScriptCall::lease(keys, action, &arguments)
     }
+
+    /// The key that remembers the give-back of lease `number`.
+    fn given_key(&self, number: u64) -> String {
+        format!("{}{number}", self.given_prefix)
+    }
+}
+
+/// How many names `{0}`, `{1}`, ... [`given_prefix`] tries at most: they cover every hash
+/// slot (a unit test counts them).
+const SLOT_TAGS: u32 = 1 << 17;
+
+/// The start of a name that, whatever follows it, is in the hash slot of `key` (on Redis
+/// Cluster a script's keys must share one): `key` itself when it has a hash tag,
+/// `{key}` when it holds no `}`, else a tag of numbers in its slot before it.
+fn given_prefix(key: &str) -> String {
+    let slot = Slot::for_key(key);
+    let in_slot = |name: &String| has_hash_tag(name) && Slot::for_key(name) == slot;
+    let plain = [format!("{key}:given:"), format!("{{{key}}}:given:")];
+    plain.into_iter().find(in_slot).unwrap_or_else(|| {
+        (0..SLOT_TAGS)
+            .map(|tag| format!("{{{tag}}}:{key}:given:"))
+            .find(in_slot)
+            .expect("the tags cover every hash slot")
+    })
+}
+
+/// Whether Redis hashes only part of `name`: what is between its first `{` and the next
+/// `}`, when that is not empty. Then what follows `name` does not change its slot.
+fn has_hash_tag(name: &str) -> bool {
+    name.find('{')
+        .and_then(|open| name[open + 1..].find('}'))
+        .is_some_and(|length| length > 0)
 }
 
 impl<C: RedisConnection> LeaseSource for RedisSource<C> {
@@ -87,7 +146,7 @@ impl<C: RedisConnection> LeaseSource for RedisSource<C> {
     ) -> BoxFuture<'static, Result<Taken, RedisLimitError>> {
         // Whole microseconds, rounded down: never further ahead than allowed.
         let ahead = u64::try_from(ahead.as_micros()).unwrap_or(u64::MAX);
-        let call = self.call("take", &[fewest, most, ahead]);
+        let call = self.call(&[&self.key], "take", &[fewest, most, ahead]);
         let connection = self.bucket.connection().clone();
         let timeout = self.bucket.options().timeout();
         Box::pin(async move {
@@ -97,7 +156,11 @@ impl<C: RedisConnection> LeaseSource for RedisSource<C> {
             Ok(if tokens > 0 {
                 Taken::Granted {
                     tokens,
-                    began: last,
+                    // No two takes on a key run in one microsecond (see `lease.lua`).
+                    ticket: LeaseTicket {
+                        number: now,
+                        began: last,
+                    },
                     wait: Duration::from_micros(last.saturating_sub(now)),
                 }
             } else {
@@ -111,9 +174,10 @@ impl<C: RedisConnection> LeaseSource for RedisSource<C> {
     fn give_back(
         &self,
         tokens: u64,
-        began: u64,
+        ticket: LeaseTicket,
     ) -> BoxFuture<'static, Result<(), RedisLimitError>> {
-        let call = self.call("give", &[tokens, began]);
+        let given = self.given_key(ticket.number);
+        let call = self.call(&[&self.key, &given], "give", &[tokens, ticket.began]);
         let connection = self.bucket.connection().clone();
         let timeout = self.bucket.options().timeout();
         Box::pin(async move {
@@ -152,6 +216,7 @@ mod tests {
     use crate::redis::scripts::test_server::RedisServer;
     use crate::redis::RedisOptions;
     use ::redis::aio::ConnectionManager;
+    use std::collections::HashSet;
 
     /// A bucket of 10 tokens gaining 10 a second, slow enough that the few milliseconds
     /// between two calls of a test, even on a loaded machine, gain no token.
@@ -161,16 +226,22 @@ mod tests {
         let options = RedisOptions::new(FailurePolicy::FailClosed);
         let bucket = RedisTokenBucket::new(connection, Rate::per_second(10), 10, options).unwrap();
         let key = bucket.redis_key("lease");
-        RedisSource { bucket, key }
+        RedisSource::new(bucket, key)
     }
 
+    /// The tokens, the instant the lease began and the wait of a lease taken.
     fn granted(taken: Taken) -> (u64, u64, Duration) {
+        let (tokens, ticket, wait) = granted_ticket(taken);
+        (tokens, ticket.began, wait)
+    }
+
+    fn granted_ticket(taken: Taken) -> (u64, LeaseTicket, Duration) {
         match taken {
             Taken::Granted {
                 tokens,
-                began,
+                ticket,
                 wait,
-            } => (tokens, began, wait),
+            } => (tokens, ticket, wait),
             refused => panic!("{refused:?}"),
         }
     }
@@ -211,6 +282,17 @@ mod tests {
         );
     }
 
+    /// The parts the bucket holds as of its stored time, or none when it is forgotten.
+    async fn parts(source: &RedisSource<ConnectionManager>) -> Option<u64> {
+        let mut connection = source.bucket.connection().clone();
+        ::redis::cmd("HGET")
+            .arg(&source.key)
+            .arg("parts")
+            .query_async(&mut connection)
+            .await
+            .unwrap()
+    }
+
     /// The server's clock, in microseconds.
     async fn server_micros(source: &RedisSource<ConnectionManager>) -> u64 {
         let mut connection = source.bucket.connection().clone();
@@ -236,7 +318,7 @@ mod tests {
         // Counted 10 s ahead of the server's clock (as leases reserved ahead leave it),
         // holding 3 of 4: the 4th comes in half a microsecond, rounded up to one, in which
         // the bucket would gain 2, one past its capacity.
-        let source = RedisSource { bucket, key };
+        let source = RedisSource::new(bucket, key);
         let ahead_of_now = server_micros(&source).await + 10_000_000;
         let _: () = ::redis::cmd("HSET")
             .arg(&source.key)
@@ -259,40 +341,146 @@ mod tests {
         let server = RedisServer::start();
         let source = source(&server).await;
         let [_, _, per_token] = source.bucket.algorithm().lease_arguments();
-        let parts = |source: &RedisSource<ConnectionManager>| {
-            let mut connection = source.bucket.connection().clone();
-            let key = source.key.clone();
-            async move {
-                let parts: Option<u64> = ::redis::cmd("HGET")
-                    .arg(key)
-                    .arg("parts")
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-                parts
-            }
-        };
-        let (_, began, _) = granted(source.take(10, 10, Duration::ZERO).await.unwrap());
+        let (_, ticket, _) = granted_ticket(source.take(10, 10, Duration::ZERO).await.unwrap());
         // Given back as if the lease began two seconds earlier: the bucket gained 20
-        // tokens since, more than the 10, so nothing goes back.
-        source.give_back(10, began - 2_000_000).await.unwrap();
+        // tokens since, more than the 10, so nothing goes back (nor is remembered).
+        let began_earlier = LeaseTicket {
+            began: ticket.began - 2_000_000,
+            ..ticket
+        };
+        source.give_back(10, began_earlier).await.unwrap();
         let held = parts(&source).await.unwrap();
         assert!(held < per_token * 10, "{held}");
         // Given back at once: the 10 less the few gained since, never past the capacity.
-        source.give_back(10, began).await.unwrap();
+        source.give_back(10, ticket).await.unwrap();
         // Full again: the key is gone (a missing key is a full bucket).
         assert_eq!(parts(&source).await, None);
         // A lease reserved ahead and given back before it begins goes back whole.
         source.take(10, 10, Duration::ZERO).await.unwrap();
-        let (tokens, began, wait) =
-            granted(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
+        let (tokens, ticket, wait) =
+            granted_ticket(source.take(5, 5, Duration::from_secs(1)).await.unwrap());
         assert!(wait > Duration::ZERO);
-        source.give_back(tokens, began).await.unwrap();
+        source.give_back(tokens, ticket).await.unwrap();
         let held = parts(&source).await.unwrap();
         assert_eq!(
             held,
             5 * per_token,
             "5 tokens, counted at the instant the lease began"
         );
+    }
+
+    /// A bucket of 20 tokens gaining one an hour at `name`: nothing accrues during a test.
+    async fn hourly_source(server: &RedisServer, name: &str) -> RedisSource<ConnectionManager> {
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let connection = ConnectionManager::new(client).await.unwrap();
+        let options = RedisOptions::new(FailurePolicy::FailClosed);
+        let bucket = RedisTokenBucket::new(connection, Rate::per_hour(1), 20, options).unwrap();
+        let key = bucket.redis_key(name);
+        RedisSource::new(bucket, key)
+    }
+
+    /// Gives back `tokens` of `ticket` as `give_back` does, returning what Redis replied:
+    /// the parts it took back.
+    async fn give(
+        source: &RedisSource<ConnectionManager>,
+        tokens: u64,
+        ticket: LeaseTicket,
+    ) -> u64 {
+        let given = source.given_key(ticket.number);
+        let call = source.call(&[&source.key, &given], "give", &[tokens, ticket.began]);
+        let (parts,): (u64,) = call
+            .reply(source.bucket.connection().clone())
+            .await
+            .unwrap();
+        parts
+    }
+
+    #[tokio::test]
+    async fn a_give_back_sent_twice_is_applied_once_and_answered_the_same() {
+        let server = RedisServer::start();
+        let source = hourly_source(&server, "twice").await;
+        let [_, _, per_token] = source.bucket.algorithm().lease_arguments();
+        let (_, first, _) = granted_ticket(source.take(4, 4, Duration::ZERO).await.unwrap());
+        let (_, second, _) = granted_ticket(source.take(4, 4, Duration::ZERO).await.unwrap());
+        // 12 left: given back, the 8 never fill the bucket.
+        let left = parts(&source).await.unwrap();
+        assert!(left < 13 * per_token, "{left}");
+        // The first lease's 4 go back once (less the bucket's gain since, a sliver of a
+        // token at one an hour), however often the give-back is sent.
+        let back = give(&source, 4, first).await;
+        assert!(back > 3 * per_token && back <= 4 * per_token, "{back}");
+        let held = parts(&source).await.unwrap();
+        assert!(held >= left + back, "{held}, {left} + {back}");
+        assert_eq!(give(&source, 4, first).await, back);
+        source.give_back(4, first).await.unwrap();
+        assert_eq!(parts(&source).await, Some(held));
+        // Another lease's give-back is its own, and also applied once.
+        let back = give(&source, 4, second).await;
+        assert!(back > 3 * per_token, "{back}");
+        let held = parts(&source).await.unwrap();
+        assert_eq!(give(&source, 4, second).await, back);
+        assert_eq!(parts(&source).await, Some(held));
+        // Remembered until the bucket would have gained the lease's 4 tokens: 4 hours.
+        let mut connection = source.bucket.connection().clone();
+        let remembered: i64 = ::redis::cmd("PTTL")
+            .arg(source.given_key(first.number))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let four_hours = 4 * 3_600_000;
+        assert!(
+            remembered > four_hours - 60_000 && remembered <= four_hours,
+            "{remembered}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lease_is_named_by_the_servers_microsecond_of_its_take() {
+        let server = RedisServer::start();
+        let source = hourly_source(&server, "numbers").await;
+        let before = server_micros(&source).await;
+        let (_, first, _) = granted_ticket(source.take(1, 1, Duration::ZERO).await.unwrap());
+        let (_, second, _) = granted_ticket(source.take(1, 1, Duration::ZERO).await.unwrap());
+        let after = server_micros(&source).await;
+        assert!(
+            before <= first.number && first.number < second.number && second.number <= after,
+            "{before}, {first:?}, {second:?}, {after}"
+        );
+    }
+
+    #[test]
+    fn give_backs_are_remembered_in_the_hash_slot_of_the_bucket_whatever_its_key() {
+        let cases = [
+            // No hash tag: the key becomes the tag.
+            ("rate-limit:tb:hot", "{rate-limit:tb:hot}:given:"),
+            // A hash tag: kept, and with it the slot.
+            (
+                "rate-limit:tb:{user-1}:search",
+                "rate-limit:tb:{user-1}:search:given:",
+            ),
+            // A `{` with no `}` after it is no tag: the key becomes the tag.
+            ("rate-limit:tb:{open", "{rate-limit:tb:{open}:given:"),
+        ];
+        for (key, prefix) in cases {
+            assert_eq!(given_prefix(key), prefix, "{key}");
+        }
+        // No tag but a `}` (so `{key}` would be cut short) or an empty tag: a tag of
+        // numbers in the key's slot goes first.
+        for key in ["rate-limit:tb:a}b", "rate-limit:tb:{}x", "}"] {
+            let prefix = given_prefix(key);
+            assert!(prefix.ends_with(&format!("}}:{key}:given:")), "{prefix}");
+            for number in [0, 1_700_000_000_000_000, u64::MAX] {
+                let given = format!("{prefix}{number}");
+                assert_eq!(Slot::for_key(&given), Slot::for_key(key), "{given}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tags_tried_cover_every_hash_slot() {
+        let slots: HashSet<Slot> = (0..SLOT_TAGS)
+            .map(|tag| Slot::for_key(format!("{{{tag}}}")))
+            .collect();
+        assert_eq!(slots.len(), 16_384);
     }
 }

@@ -46,7 +46,7 @@ async fn give_back<S: LeaseSource>(front: &Front<S>, leases: Vec<Lease>, now: In
         }
         Counters::add(&front.counters.calls, 1);
         Counters::add(&front.counters.given_back, lease.tokens);
-        let _ = front.source.give_back(lease.tokens, lease.began).await;
+        let _ = front.source.give_back(lease.tokens, lease.ticket).await;
     }
 }
 

@@ -1,6 +1,7 @@
 //! The leased front on tokio's paused clock, over a bucket in memory that answers after a
 //! fixed latency, so that every grant, call and give-back happens at an exact instant.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use futures::future::{join_all, BoxFuture};
 use tokio::time::{sleep, sleep_until, Instant};
 
 use super::front::{Front, Settings};
-use super::source::{LeaseSource, Taken};
+use super::source::{LeaseSource, LeaseTicket, Taken};
 use crate::rate::Rate;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
@@ -41,6 +42,10 @@ struct Bucket {
     units: u128,
     at: Instant,
     calls: Vec<Call>,
+    /// The leases taken so far: the next one's number, as lease.lua counts them.
+    leases: u64,
+    /// The numbers of the leases given back, each applied once, as lease.lua does.
+    given: HashSet<u64>,
 }
 
 #[derive(Clone)]
@@ -68,6 +73,8 @@ impl Fake {
                 units: u128::from(capacity) * rate.period_nanos(),
                 at: start,
                 calls: Vec::new(),
+                leases: 0,
+                given: HashSet::new(),
             })),
             failing: Arc::new(AtomicBool::new(false)),
             failed_open: Arc::new(AtomicU64::new(0)),
@@ -146,10 +153,14 @@ impl LeaseSource for Fake {
                         .min(fake.cap())
                         - u128::from(got) * per_token;
                     bucket.at = began;
+                    bucket.leases += 1;
                     Taken::Granted {
                         tokens: got,
-                        // The fake's own unit: nanoseconds since it was made.
-                        began: (began - fake.start).as_nanos() as u64,
+                        ticket: LeaseTicket {
+                            number: bucket.leases,
+                            // The fake's own unit: nanoseconds since it was made.
+                            began: (began - fake.start).as_nanos() as u64,
+                        },
                         wait: began - now,
                     }
                 }
@@ -162,7 +173,7 @@ impl LeaseSource for Fake {
     fn give_back(
         &self,
         tokens: u64,
-        began: u64,
+        ticket: LeaseTicket,
     ) -> BoxFuture<'static, Result<(), RedisLimitError>> {
         let fake = self.clone();
         Box::pin(async move {
@@ -173,11 +184,15 @@ impl LeaseSource for Fake {
                 let mut bucket = fake.bucket.lock().unwrap();
                 fake.refill(&mut bucket, now);
                 let out_nanos =
-                    ((bucket.at - fake.start).as_nanos() as i128 - i128::from(began)).max(0);
-                let back = (i128::from(tokens) * per_token
-                    - out_nanos * i128::from(fake.rate.amount()))
-                .min(fake.cap() as i128 - bucket.units as i128)
-                .max(0);
+                    ((bucket.at - fake.start).as_nanos() as i128 - i128::from(ticket.began)).max(0);
+                let owed =
+                    i128::from(tokens) * per_token - out_nanos * i128::from(fake.rate.amount());
+                let first = bucket.given.insert(ticket.number);
+                let back = if first {
+                    owed.min(fake.cap() as i128 - bucket.units as i128).max(0)
+                } else {
+                    0
+                };
                 bucket.units += back as u128;
                 let at = fake.since_start(now);
                 bucket.calls.push(Call::Give {

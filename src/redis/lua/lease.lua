@@ -7,7 +7,16 @@
 -- instant. Fronts that each ask when they run short thus take turns on the bucket's
 -- schedule, rather than each asking again and again for tokens another took first.
 --
--- KEYS[1]: the bucket's key.
+-- A give-back is applied once, however often it is sent (a cluster connection may send
+-- it again after a dropped connection, not knowing whether it ran). The front names a
+-- lease by the server's microsecond `now` of the take that made it: Redis runs one
+-- script at a time, each for microseconds, so no two takes share one. (A server clock
+-- stepped back, or a failover to a node whose clock is behind, could repeat one; then a
+-- give-back is not applied: the bucket is stricter, never looser.) Nothing on the take,
+-- the hot path, is added for it.
+--
+-- KEYS[1]: the bucket's key. KEYS[2], to give back only: a key named after the lease, in
+-- KEYS[1]'s hash slot, that remembers it was given back.
 -- ARGV: 'take' or 'give', the capacity in parts, the parts gained each microsecond, the
 -- parts in a token, then
 --   take: the fewest tokens, the most tokens, how far ahead a lease may begin (µs).
@@ -15,7 +24,7 @@
 --     the tokens are there, at least now), {0, now, retry_after_ms} when fewer than the
 --     fewest are there by `ahead` (nothing taken).
 --   give: the tokens to give back and the microsecond their lease began. Reply {parts}:
---     the parts given back.
+--     the parts given back, the same however often it is sent.
 local key = KEYS[1]
 local capacity, gain, per_token = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_micros()
@@ -55,9 +64,22 @@ end
 -- length t at capacity + rate × (t + lifetime).
 local tokens, began = tonumber(ARGV[5]), tonumber(ARGV[6])
 -- The product may pass 2^53 and round, but only when it is far above the parts given.
-local back = tokens * per_token - math.max(0, time - began) * gain
-back = math.min(back, capacity - parts)
-if back <= 0 then
+local owed = tokens * per_token - math.max(0, time - began) * gain
+if owed <= 0 then
+  -- Sent again later, it owes no more: the bucket's time only moves on.
+  return {0}
+end
+local back = math.min(owed, capacity - parts)
+-- Remembered until the bucket's time passes the instant it owes nothing, after which a
+-- give-back sent again returns nothing anyway (above): so remembered no longer than the
+-- bucket takes to gain the lease's tokens.
+local owed_until = began + ceil_div(tokens * per_token, gain)
+local first = redis.call('SET', KEYS[2], integer_text(back), 'PX',
+  integer_text(millis_ceil(owed_until - now)), 'NX')
+if not first then
+  return {tonumber(redis.call('GET', KEYS[2]))}
+end
+if back == 0 then
   return {0}
 end
 parts = parts + back
