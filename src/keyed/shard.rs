@@ -11,7 +11,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -82,6 +82,20 @@ impl<L> Wholes<L> {
     }
 }
 
+/// Whether the table's handle on `limiter` is the only one. It stays so while the shard is
+/// locked: a new handle is cloned only under the lock.
+#[inline]
+fn held_by_table_alone<L>(limiter: &Arc<L>) -> bool {
+    if Arc::strong_count(limiter) != 1 {
+        return false;
+    }
+    // `strong_count` is a relaxed load. The other handles were let go with a release
+    // decrement; this fence pairs with it (as `Arc::get_mut` does), so that all their
+    // holders did to the limiter is seen by the fold or the sweep that reads it next.
+    fence(Ordering::Acquire);
+    true
+}
+
 fn index(entry: u64) -> usize {
     // Indices are those of a `Vec`: they fit.
     (entry & !WHOLE) as usize
@@ -122,13 +136,12 @@ pub(super) struct Slot<'s, L> {
 
 impl<L: Limiter> Slot<'_, L> {
     /// The key's word, first folding its whole limiter into one if it may be one again:
-    /// the map holds the only reference (which cannot change while the shard is locked,
-    /// since a new holder needs the lock), nobody waits on it, and its settings are the
+    /// the map holds the only handle on it, nobody waits on it, and its settings are the
     /// template's. `None` while it is held whole.
     #[inline]
     pub(super) fn word(&mut self, at: &At<'_, L>) -> Option<&mut u64> {
         if let Some(limiter) = self.wholes.get(*self.entry) {
-            if Arc::strong_count(limiter) != 1 {
+            if !held_by_table_alone(limiter) {
                 return None;
             }
             let word = at.compact.fold(limiter, at.now, at.base)?;
@@ -261,9 +274,8 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
                 .as_ref()
                 .is_some_and(|at| at.compact.is_idle(*entry, at.reading)),
             Some(limiter) => {
-                // Nobody else holds it (checked first: it is cheaper, and it cannot change
-                // while the shard is locked, since a new holder needs the lock).
-                if Arc::strong_count(limiter) != 1 {
+                // Nobody else holds it (checked first: it is cheaper).
+                if !held_by_table_alone(limiter) {
                     return false;
                 }
                 // A fresh limiter would behave the same.
