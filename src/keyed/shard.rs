@@ -42,11 +42,18 @@ pub(super) struct Shard<K, L> {
 struct Wholes<L> {
     limiters: Vec<Option<Arc<L>>>,
     free: Vec<usize>,
+    /// Whole limiters kept so far: for tests to see when one is made.
+    #[cfg(all(test, not(loom)))]
+    made: usize,
 }
 
 impl<L> Wholes<L> {
     /// Keeps `limiter`, and returns the entry that names it.
     fn add(&mut self, limiter: Arc<L>) -> u64 {
+        #[cfg(all(test, not(loom)))]
+        {
+            self.made += 1;
+        }
         let index = match self.free.pop() {
             Some(index) => {
                 self.limiters[index] = Some(limiter);
@@ -99,6 +106,17 @@ fn held_by_table_alone<L>(limiter: &Arc<L>) -> bool {
 fn index(entry: u64) -> usize {
     // Indices are those of a `Vec`: they fit.
     (entry & !WHOLE) as usize
+}
+
+/// Which form a shard's keys are in, for tests.
+#[cfg(all(test, not(loom)))]
+pub(super) struct Forms {
+    /// Keys held whole now.
+    pub(super) wholes: usize,
+    /// Whole limiters made so far (from words, or for keys that have no word).
+    pub(super) made: usize,
+    /// The instant words count from.
+    pub(super) base: u64,
 }
 
 /// A compact form, and the instant and base its words are read at under a shard's lock.
@@ -174,6 +192,8 @@ impl<K, L> Shard<K, L> {
             wholes: Wholes {
                 limiters: Vec::new(),
                 free: Vec::new(),
+                #[cfg(all(test, not(loom)))]
+                made: 0,
             },
             sweep_at: SWEEP_FLOOR,
             base: 0,
@@ -187,12 +207,26 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         self.entries.len()
     }
 
-    /// Keys held as whole limiters, and the base words count from: for tests to see
-    /// which form a key is in.
+    /// Which form the shard's keys are in: for tests.
     #[cfg(all(test, not(loom)))]
-    pub(super) fn wholes_and_base(&self) -> (usize, u64) {
+    pub(super) fn forms(&self) -> Forms {
         let wholes = self.wholes.limiters.iter().filter(|held| held.is_some());
-        (wholes.count(), self.base)
+        Forms {
+            wholes: wholes.count(),
+            made: self.wholes.made,
+            base: self.base,
+        }
+    }
+
+    /// Whether `key`, whose hash is `hash`, is held whole (`Some(true)`) or as a word
+    /// (`Some(false)`); `None` when it is not held.
+    pub(super) fn is_whole<Q>(&self, hash: u64, key: &Q) -> Option<bool>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (_, entry) = self.entries.find(hash, |(held, _)| held.borrow() == key)?;
+        Some(entry & WHOLE != 0)
     }
 
     /// Where compact words are read now, after moving the base if now is past what words
