@@ -525,11 +525,14 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
-    /// forgotten (its limiter would then be fresh). Makes no limiter.
+    /// forgotten (its limiter would then be fresh), and then no key is added.
     ///
-    /// A key held as a word is made a whole limiter holding exactly what the word held.
-    /// The key is neither forgotten nor folded back into its word while the returned
-    /// `Arc` lives. Keep the `Arc`, not a clone of the limiter inside it: a `TokenBucket`
+    /// A key held as a word is made whole for the handle: a whole limiter holding exactly
+    /// what the word held. The key is neither forgotten nor folded back into its word
+    /// while the returned `Arc` lives; once it is dropped, the key folds back at its next
+    /// `try_acquire` or `acquire`, as a wait in its line ends, or at a sweep (see
+    /// [how a key is held](Keyed#how-a-key-is-held)). Keep the `Arc`, not a clone of the
+    /// limiter inside it: a `TokenBucket`
     /// cloned out of it stays tied to that bucket but does not keep the key, which may
     /// then fold back into its word or be forgotten, leaving the clone on a bucket of
     /// its own. Settings changed through it (a bucket's

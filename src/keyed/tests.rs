@@ -184,6 +184,42 @@ async fn a_handle_from_get_keeps_its_key_whole_and_a_changed_rate_keeps_it_whole
     assert_eq!(wholes(&keyed), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_capacity_set_through_get_holds_until_the_key_is_forgotten() {
+    let keyed: Keyed<&str, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
+    keyed.try_acquire(&"a", 2).unwrap();
+    let handle = keyed.get(&"a").expect("held");
+    handle.set_capacity(4).unwrap();
+    drop(handle);
+    // A raised capacity fills at the rate: 4 tokens at 4 s, where the template holds 2.
+    let exceeds = |limit| {
+        Err(TryAcquireError::ExceedsLimit {
+            requested: 4,
+            limit,
+        })
+    };
+    assert_eq!(keyed.try_acquire(&"a", 4), limited(Duration::from_secs(4)));
+    assert_eq!(keyed.is_held_whole(&"a"), Some(true), "its own capacity");
+    advance(Duration::from_secs(3)).await;
+    assert_eq!(keyed.retain_recent(), 0, "3 of 4 tokens: not idle");
+    assert_eq!(keyed.is_held_whole(&"a"), Some(true));
+    advance(Duration::from_secs(1)).await;
+    keyed.try_acquire(&"a", 4).unwrap();
+    // Full again at 8 s, it is forgotten, and comes back as the template.
+    advance(Duration::from_secs(4)).await;
+    assert_eq!(keyed.retain_recent(), 1);
+    assert_eq!(keyed.try_acquire(&"a", 4), exceeds(2));
+    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    // Set back to the template's, the key folds again, holding what the bucket held.
+    let handle = keyed.get(&"a").unwrap();
+    handle.set_capacity(3).unwrap();
+    handle.set_capacity(2).unwrap();
+    drop(handle);
+    keyed.try_acquire(&"a", 2).unwrap();
+    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    assert_eq!(keyed.try_acquire(&"a", 1), limited(Duration::from_secs(1)));
+}
+
 /// The word and a bucket of the same settings, asked the same things at the same
 /// irregular instants, answer alike to the nanosecond: across moves of the shard's base
 /// (a rate of 10^9 tokens a nanosecond moves it every 4.6 s) and across unfolding into a
