@@ -156,10 +156,11 @@ const QUIET_FACTOR: u64 = 9;
 /// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` with a million `u64` keys
 /// (on a shared two-core machine, so roughly): a compact `TokenBucket` or `FixedWindow`
 /// key takes about 35 bytes of heap and no allocation of its own (16 bytes in the table,
-/// at the table's load), as governor's keyed limiter does. A key held whole costs its
-/// limiter besides: about 950 bytes for a bucket, in three allocations. A `try_acquire`
-/// costs about what governor's keyed limiter costs reading tokio's clock, as ours must
-/// (see `docs/benchmarks.md`).
+/// at the table's load), as governor's keyed limiter does, as it ships or reading tokio's
+/// clock; so does a key used by `acquire` with its permits there. A key held whole costs
+/// its limiter besides: about 950 bytes for a bucket, in three allocations. A
+/// `try_acquire` costs about what governor's keyed limiter costs reading tokio's clock, as
+/// ours must (see `docs/benchmarks.md`).
 ///
 /// # Concurrency
 ///
