@@ -1,5 +1,6 @@
 //! Memory per key for a million keys: `Keyed<u64, TokenBucket>` beside governor's
-//! `DefaultKeyedRateLimiter<u64>` (issue 5), and memory returning once keys go idle.
+//! `DefaultKeyedRateLimiter<u64>` (issue 5), as it ships and on tokio's clock, and memory
+//! returning once keys go idle.
 //!
 //! # Running
 //!
@@ -19,11 +20,15 @@
 //!
 //! # The cases
 //!
-//! - `token-bucket`, `fixed-window`, `sliding-log`, `governor`: each holds 1,000,000 keys,
-//!   each used once. Our buckets (100,000 tokens, one more an hour) and fixed windows fit
+//! - `token-bucket`, `fixed-window`, `sliding-log`, `governor`, `governor on tokio's
+//!   clock`: each holds 1,000,000 keys, each used once. The last is governor's keyed
+//!   limiter (the same `DashMap` of GCRA words) reading tokio's clock, as ours must (see
+//!   `support/governor_on_tokio.rs`), the baseline of `benches/keyed.rs`. Our buckets (100,000 tokens, one more an hour) and fixed windows fit
 //!   one word, so each key is held compact (see `Keyed`'s docs, "What a key costs"); a
 //!   sliding log has no compact form. Buckets gain one token an hour and windows last an
 //!   hour, so none is idle and every key is held.
+//! - `token-bucket, through acquire`: the same, each key used once by `acquire`, which is
+//!   served on the key's word when the permits are there: no whole bucket is made.
 //! - `token-bucket, past one word`: the same with buckets of `u32::MAX` tokens at one an
 //!   hour, worth more units than a word holds: each key is held as a whole bucket.
 //! - `token-bucket, one bucket`: what one `TokenBucket` costs alone (the average of 10,000
@@ -43,6 +48,8 @@ use std::time::Duration;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use token_bucket::{FixedWindow, Keyed, Limiter, Rate, SlidingLog, TokenBucket};
 
+#[path = "support/governor_on_tokio.rs"]
+mod governor_on_tokio;
 #[path = "support/process.rs"]
 mod process;
 
@@ -90,12 +97,14 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const KEYS: u64 = 1_000_000;
 const CASE_VARIABLE: &str = "KEYED_MEMORY_CASE";
-const CASES: [&str; 8] = [
+const CASES: [&str; 10] = [
     "token-bucket",
+    "token-bucket, through acquire",
     "token-bucket, past one word",
     "fixed-window",
     "sliding-log",
     "governor",
+    "governor on tokio's clock",
     "token-bucket, one bucket",
     "token-bucket, idle after 1 ms",
     "governor, idle after 1 ms",
@@ -155,20 +164,42 @@ fn quick_bucket() -> TokenBucket {
     TokenBucket::new(Rate::every(Duration::from_millis(1)), 1).expect("a valid configuration")
 }
 
-/// 1,000,000 keys, each used once and none idle: what each costs while held.
-fn hold_a_million_keys<L: Limiter>(case: &str, template: L) {
-    let keyed: Keyed<u64, L> = Keyed::new(template);
+/// 1,000,000 keys, each used once by `use_key` and none idle: what each costs while
+/// held. `held` counts the keys held.
+fn hold_a_million(case: &str, use_key: impl Fn(u64), held: impl Fn() -> usize) {
     let before = usage();
     for key in 0..KEYS {
-        keyed.try_acquire(&key, 1).expect("a new key is admitted");
+        use_key(key);
     }
-    assert_eq!(keyed.len(), KEYS as usize);
+    assert_eq!(held(), KEYS as usize);
     report(case, "1M keys held", before, KEYS);
+}
+
+/// `hold_a_million` with ours.
+fn hold_a_million_keys<L: Limiter>(case: &str, template: L) {
+    let keyed: Keyed<u64, L> = Keyed::new(template);
+    hold_a_million(
+        case,
+        |key| keyed.try_acquire(&key, 1).expect("a new key is admitted"),
+        || keyed.len(),
+    );
 }
 
 fn run(case: &str) {
     match case {
         "token-bucket" => hold_a_million_keys(case, busy_bucket()),
+        "token-bucket, through acquire" => {
+            let keyed: Keyed<u64, TokenBucket> = Keyed::new(busy_bucket());
+            hold_a_million(
+                case,
+                |key| {
+                    let acquire = keyed.acquire(&key, 1);
+                    // Served at its first poll, on the key's word: no runtime needed.
+                    futures::executor::block_on(acquire).expect("a new key's bucket is full");
+                },
+                || keyed.len(),
+            );
+        }
         "token-bucket, past one word" => hold_a_million_keys(case, wide_bucket()),
         // Windows of an hour, so that no key is idle while they are counted.
         "fixed-window" => hold_a_million_keys(
@@ -182,12 +213,19 @@ fn run(case: &str) {
         "governor" => {
             let limiter: DefaultKeyedRateLimiter<u64> =
                 governor::RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-            let before = usage();
-            for key in 0..KEYS {
-                limiter.check_key(&key).expect("an ample quota admits");
-            }
-            assert_eq!(limiter.len(), KEYS as usize);
-            report(case, "1M keys held", before, KEYS);
+            hold_a_million(
+                case,
+                |key| limiter.check_key(&key).expect("an ample quota admits"),
+                || limiter.len(),
+            );
+        }
+        "governor on tokio's clock" => {
+            let limiter = governor_on_tokio::keyed::<u64>(Quota::per_second(NonZeroU32::MAX));
+            hold_a_million(
+                case,
+                |key| limiter.check_key(&key).expect("an ample quota admits"),
+                || limiter.len(),
+            );
         }
         "token-bucket, one bucket" => {
             const BUCKETS: u64 = 10_000;

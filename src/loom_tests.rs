@@ -81,6 +81,14 @@ fn bucket(capacity: u64, initial: u64) -> TokenBucket {
         .unwrap()
 }
 
+/// Keys of one shard, each a bucket of one token a second holding at most `capacity`.
+fn keyed_on_one_shard(capacity: u64) -> crate::Keyed<u8, TokenBucket> {
+    crate::Keyed::builder(bucket(capacity, capacity))
+        .shards(1)
+        .build()
+        .unwrap()
+}
+
 fn take(tokens: u64) -> Request {
     Request {
         kind: Kind::Take,
@@ -579,10 +587,7 @@ fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_fo
 #[test]
 fn loom_a_fold_racing_a_fast_taker_grants_each_token_once() {
     model(|| {
-        let keyed: crate::Keyed<u8, TokenBucket> = crate::Keyed::builder(bucket(2, 2))
-            .shards(1)
-            .build()
-            .unwrap();
+        let keyed = keyed_on_one_shard(2);
         keyed.try_acquire(&0, 0).unwrap();
         let taker = {
             let keyed = keyed.clone();
@@ -607,6 +612,47 @@ fn loom_a_fold_racing_a_fast_taker_grants_each_token_once() {
             })
         );
         assert_eq!(keyed.len(), 1);
+    });
+}
+
+/// `Keyed`'s fold as a key's line empties: a waiter granted its token at 1 s reads it on
+/// one thread and, the last in its key's line, folds the key back into its word as it
+/// ends, while a new `acquire` for the same key is first polled on another, finding the
+/// whole bucket still held or the word it folded into. Either way the one token is the
+/// waiter's, the newcomer waits for the next (never served twice, never jumping the
+/// line), and once it is served in turn at 2 s the key is a word again, empty as of then.
+#[test]
+fn loom_a_fold_as_a_line_empties_racing_a_new_acquire_grants_each_token_once() {
+    model(|| {
+        let keyed = keyed_on_one_shard(1);
+        keyed.try_acquire(&0, 1).unwrap();
+        let mut waiter = Box::pin(keyed.acquire(&0, 1));
+        let mut context = Context::from_waker(noop_waker_ref());
+        assert!(waiter.as_mut().poll(&mut context).is_pending());
+        set_time(SECOND);
+        refill_wakes(&keyed.get(&0).expect("held whole for its waiter"));
+        let served = thread::spawn(move || block_on(waiter));
+        let mut newcomer = Box::pin(keyed.acquire(&0, 1));
+        let polled = newcomer.as_mut().poll(&mut context);
+        assert_eq!(served.join().unwrap(), Ok(()));
+        assert!(
+            polled.is_pending(),
+            "{polled:?}: the one token was the waiter's"
+        );
+        set_time(2 * SECOND);
+        refill_wakes(&keyed.get(&0).expect("held whole for the newcomer"));
+        assert_eq!(block_on(newcomer), Ok(()));
+        assert_eq!(
+            keyed.is_held_whole(&0),
+            Some(false),
+            "folded as its line emptied"
+        );
+        assert_eq!(
+            keyed.try_acquire(&0, 1),
+            Err(crate::TryAcquireError::Limited {
+                retry_after: Duration::from_secs(1)
+            })
+        );
     });
 }
 

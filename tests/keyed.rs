@@ -335,19 +335,19 @@ async fn a_key_with_a_pending_acquire_is_never_forgotten_nor_admitted_twice() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_acquire_not_yet_polled_keeps_its_idle_key() {
+async fn an_acquire_not_yet_polled_holds_nothing_and_is_decided_when_polled() {
     let keyed: Keyed<&str, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
     let start = Instant::now();
-    // The key is new, its bucket full and nobody in its queue: idle, yet held.
+    // Made, not polled: it has asked for nothing yet, so it adds and holds no key.
     let acquire = keyed.acquire(&"k", 1);
-    assert!(keyed.get(&"k").unwrap().is_idle());
-    assert_eq!(keyed.retain_recent(), 0);
-    assert_eq!(keyed.len(), 1);
+    assert!(keyed.get(&"k").is_none());
+    assert!(keyed.is_empty());
     keyed.try_acquire(&"k", 1).unwrap();
-    // The same bucket: the future waits for the next permit instead of taking one from a
-    // forgotten, full bucket.
+    // Decided against the bucket as its first poll finds it: it waits for the next
+    // permit instead of taking the one already taken.
     acquire.await.unwrap();
     assert_now(start, secs(1));
+    assert_eq!(keyed.try_acquire(&"k", 1), limited(secs(1)));
     // Once the future is gone and the bucket full, the key may go.
     advance(secs(1)).await;
     assert_eq!(keyed.retain_recent(), 1);
@@ -360,19 +360,23 @@ async fn held_keys_are_not_forgotten_to_make_room() {
         .build()
         .unwrap();
     let too_many = Err(TryAcquireError::TooManyKeys { max_keys: 1 });
-    // Held by an unpolled acquire: idle, but not forgotten to make room.
+    // An acquire not yet polled holds no key: "b" finds room, and "a", polled once "b"
+    // is busy, finds none.
     let acquire = keyed.acquire(&"a", 1);
-    assert_eq!(keyed.try_acquire(&"b", 1), too_many);
-    acquire.await.unwrap();
-    // Held through `get`.
+    assert_eq!(keyed.try_acquire(&"b", 1), Ok(()));
+    assert_eq!(
+        acquire.await,
+        Err(AcquireError::TooManyKeys { max_keys: 1 })
+    );
+    // Held through `get`: idle, but not forgotten to make room.
     advance(secs(1)).await;
-    let held = keyed.get(&"a").unwrap();
+    let held = keyed.get(&"b").unwrap();
     assert!(held.is_idle());
-    assert_eq!(keyed.try_acquire(&"b", 1), too_many);
+    assert_eq!(keyed.try_acquire(&"a", 1), too_many);
     drop(held);
     advance(nanos(1)).await;
-    assert_eq!(keyed.try_acquire(&"b", 1), Ok(()));
-    assert!(keyed.get(&"a").is_none());
+    assert_eq!(keyed.try_acquire(&"a", 1), Ok(()));
+    assert!(keyed.get(&"b").is_none());
 }
 
 #[tokio::test(start_paused = true)]

@@ -82,11 +82,12 @@ const QUIET_FACTOR: u64 = 9;
 /// dropped, and when the key comes back a fresh limiter made from the template takes its
 /// place: nobody can tell the difference, and the key's memory is freed meanwhile.
 ///
-/// A limiter that anybody else still holds is never forgotten, idle or not: a pending
-/// [`acquire`](Keyed::acquire) holds its key's limiter, as does the `Arc` that
-/// [`get`](Keyed::get) returns. Otherwise a waiter not yet counted by its limiter could be
-/// admitted by the forgotten limiter while a fresh one admits others for the same key:
-/// twice the limit.
+/// A limiter that anybody else still holds is never forgotten, idle or not: an
+/// [`acquire`](Keyed::acquire) waiting in its key's line holds its key's limiter, as does
+/// the `Arc` that [`get`](Keyed::get) returns. Otherwise a waiter not yet counted by its
+/// limiter could be admitted by the forgotten limiter while a fresh one admits others for
+/// the same key: twice the limit. (An `acquire` not yet polled holds nothing: it has
+/// asked for nothing yet.)
 ///
 /// # How a key is held
 ///
@@ -99,13 +100,17 @@ const QUIET_FACTOR: u64 = 9;
 /// arithmetic, so it answers exactly as the limiter would, `retry_after` included, to the
 /// nanosecond.
 ///
-/// The whole limiter (a bucket's waiter queue and refill task, a window's line) is made
-/// from the word when [`acquire`](Keyed::acquire) is called for the key or
-/// [`get`](Keyed::get) hands it out, and holds exactly what the word held. It folds back
-/// into the word at the key's next `try_acquire`, or at the next sweep (automatic, or
-/// [`retain_recent`](Keyed::retain_recent)), once nobody waits on it, nobody else holds
-/// it, and its settings are still the template's: a rate or capacity changed through a
-/// handle from `get` keeps the key whole, with its own settings, until it is forgotten.
+/// An [`acquire`](Keyed::acquire) whose permits are there, with nobody waiting, is
+/// served on the word too. The whole limiter (a bucket's waiter queue and refill task, a
+/// window's line) is made from the word only when a request must wait, or when
+/// [`get`](Keyed::get) or [`limiter`](Keyed::limiter) hands it out, and holds exactly
+/// what the word held. It folds back into the word, holding exactly what the limiter
+/// held, once its line is empty, nobody else holds it, and its settings are still the
+/// template's: at once when the last `acquire` that waited in its line ends (served or
+/// dropped), and otherwise at the key's next `try_acquire` or `acquire`, or at the next
+/// sweep (automatic, or [`retain_recent`](Keyed::retain_recent)). A handle from `get`
+/// keeps the key whole while it lives, and a rate or capacity changed through it keeps the
+/// key whole, with its own settings, until it is forgotten.
 ///
 /// Which templates have the compact form: a `TokenBucket` of one limit whose full
 /// bucket is worth at most 2<sup>61</sup> units of its rate (a unit is a token divided by
@@ -151,10 +156,11 @@ const QUIET_FACTOR: u64 = 9;
 /// Measured by `benches/keyed_memory.rs` and `benches/keyed.rs` with a million `u64` keys
 /// (on a shared two-core machine, so roughly): a compact `TokenBucket` or `FixedWindow`
 /// key takes about 35 bytes of heap and no allocation of its own (16 bytes in the table,
-/// at the table's load), as governor's keyed limiter does. A key held whole costs its
-/// limiter besides: about 950 bytes for a bucket, in three allocations. A `try_acquire`
-/// costs about what governor's keyed limiter costs reading tokio's clock, as ours must
-/// (see `docs/benchmarks.md`).
+/// at the table's load), as governor's keyed limiter does, as it ships or reading tokio's
+/// clock; so does a key used by `acquire` with its permits there. A key held whole costs
+/// its limiter besides: about 950 bytes for a bucket, in three allocations. A
+/// `try_acquire` costs about what governor's keyed limiter costs reading tokio's clock, as
+/// ours must (see `docs/benchmarks.md`).
 ///
 /// # Concurrency
 ///
@@ -192,9 +198,9 @@ struct Inner<K, L> {
 struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
 /// Where a call stands once its key's slot was looked at under the shard's lock.
-enum Step<L> {
+enum Step<L, E = TryAcquireError> {
     /// Decided on the key's word.
-    Decided(Result<(), TryAcquireError>),
+    Decided(Result<(), E>),
     /// To be asked of the key's whole limiter, with the lock released.
     Call(Arc<L>),
 }
@@ -386,7 +392,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let step = self
-            .with_slot(key, |slot, at| try_step(slot, at, permits))
+            .with_slot(self.hash(key), key, |slot, at| try_step(slot, at, permits))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
         match step {
             Step::Decided(result) => result,
@@ -397,13 +403,17 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Acquires `permits` for `key`, waiting first in, first out behind the other waiters
     /// of that key until its limiter allows. Other keys are not held up.
     ///
-    /// The key's whole limiter is found (or made, from the key's word or afresh) when this
-    /// method is called, not when the future is first polled; the future holds it from
-    /// then on, so the key is neither forgotten nor folded back into its word while the
-    /// future lives, and it borrows neither `self` nor `key`. The request itself is
-    /// decided when the future is first polled, by that limiter. No lock of the `Keyed`
-    /// is held while it waits. The key goes back to its word at its next `try_acquire` or
-    /// sweep once its line is empty (see [how a key is held](Keyed#how-a-key-is-held)).
+    /// The request is decided when the future is first polled, not when this method is
+    /// called: a key held as a word whose permits are there, with nobody waiting, is
+    /// served on its word at once, and no limiter is made. Only a request that must wait
+    /// makes the key's whole limiter (from its word, holding exactly what the word held)
+    /// and joins its line. The future owns a copy of the key and a handle to the
+    /// `Keyed`, so it borrows neither `self` nor `key`. While it waits it holds the
+    /// key's limiter, so the key is neither forgotten nor folded back into its word; when
+    /// it ends (served, refused or dropped) and was the last to use the whole limiter,
+    /// with its line empty, the key goes back to its word at once (see
+    /// [how a key is held](Keyed#how-a-key-is-held)). No lock of the `Keyed` is held
+    /// while it waits.
     ///
     /// # Errors
     ///
@@ -421,9 +431,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future gives up its place in the key's line and acquires
-    /// nothing, as the limiter's own `acquire` does. Once dropped, it no longer keeps the
-    /// key from being forgotten.
+    /// Cancel safe: a future dropped before its first poll took nothing and added no
+    /// key; one dropped while waiting gives up its place in the key's line and acquires
+    /// nothing, as the limiter's own `acquire` does, and no longer keeps the key from
+    /// being forgotten.
     ///
     /// # Examples
     ///
@@ -449,17 +460,29 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         permits: u64,
     ) -> impl Future<Output = Result<(), AcquireError>> + Send + 'static
     where
-        K: Borrow<Q>,
+        K: Borrow<Q> + Send + 'static,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        // The whole limiter, even when the key's word could grant at once: the request is
-        // decided when first polled, so that a future dropped before then takes nothing,
-        // and the key is held (not forgotten, not folded) while the future lives.
-        let limiter = self.with_slot(key, |mut slot, at| slot.whole(at));
+        let hash = self.hash(key);
+        let mut held = Held {
+            keyed: self.clone(),
+            hash,
+            key: key.to_owned(),
+            limiter: None,
+        };
+        // Nothing is looked at before the first poll, so that a future dropped unpolled
+        // takes nothing.
         async move {
-            let limiter = limiter
+            let step = held
+                .keyed
+                .with_slot(hash, held.key.borrow(), |slot, at| {
+                    acquire_step(slot, at, permits)
+                })
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
-            limiter.acquire(permits).await
+            match step {
+                Step::Decided(result) => result,
+                Step::Call(limiter) => held.limiter.insert(limiter).acquire(permits).await,
+            }
         }
     }
 
@@ -498,16 +521,19 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with_slot(key, |mut slot, at| slot.whole(at))
+        self.with_slot(self.hash(key), key, |mut slot, at| slot.whole(at))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
-    /// forgotten (its limiter would then be fresh). Makes no limiter.
+    /// forgotten (its limiter would then be fresh), and then no key is added.
     ///
-    /// A key held as a word is made a whole limiter holding exactly what the word held.
-    /// The key is neither forgotten nor folded back into its word while the returned
-    /// `Arc` lives. Keep the `Arc`, not a clone of the limiter inside it: a `TokenBucket`
+    /// A key held as a word is made whole for the handle: a whole limiter holding exactly
+    /// what the word held. The key is neither forgotten nor folded back into its word
+    /// while the returned `Arc` lives; once it is dropped, the key folds back at its next
+    /// `try_acquire` or `acquire`, as a wait in its line ends, or at a sweep (see
+    /// [how a key is held](Keyed#how-a-key-is-held)). Keep the `Arc`, not a clone of the
+    /// limiter inside it: a `TokenBucket`
     /// cloned out of it stays tied to that bucket but does not keep the key, which may
     /// then fold back into its word or be forgotten, leaving the clone on a bucket of
     /// its own. Settings changed through it (a bucket's
@@ -537,10 +563,38 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (hash, mut shard) = self.shard_of(key);
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
         let at = shard.at(self.inner.compact.as_ref());
         let mut slot = shard.get_mut(hash, key)?;
         Some(slot.whole(at.as_ref()))
+    }
+
+    /// Whether `key` is held as its whole limiter (`Some(true)`) or as its state word
+    /// alone (`Some(false)`); `None` when it is not held. For the crate's own tests, which
+    /// check that keys fold back into their words (see
+    /// [how a key is held](Keyed#how-a-key-is-held)): not part of the API, and it may
+    /// change in any release.
+    ///
+    /// ```
+    /// use token_bucket::{Keyed, Rate, TokenBucket};
+    ///
+    /// let per_key: Keyed<u8, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(1), 1)?);
+    /// assert_eq!(per_key.is_held_whole(&0), None);
+    /// per_key.try_acquire(&0, 1)?;
+    /// assert_eq!(per_key.is_held_whole(&0), Some(false));
+    /// let handle = per_key.get(&0);
+    /// assert_eq!(per_key.is_held_whole(&0), Some(true));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(hidden)]
+    pub fn is_held_whole<Q>(&self, key: &Q) -> Option<bool>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        self.shard(hash).is_whole(hash, key)
     }
 
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
@@ -583,9 +637,10 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// Runs `visit` on `key`'s slot, added if the key is new, under its shard's lock;
-    /// refuses a new key for which no room could be made.
+    /// refuses a new key for which no room could be made. `hash` is the key's.
     fn with_slot<Q, R>(
         &self,
+        hash: u64,
         key: &Q,
         visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     ) -> Result<R, TooManyKeys>
@@ -598,7 +653,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         // have made room meanwhile, or added this very key). One call of `visit` in the
         // code, so that it is inlined.
         for attempt in 0..2 {
-            let (hash, mut shard) = self.shard_of(key);
+            let mut shard = self.shard(hash);
             visit = match self.visit_or_add(&mut shard, hash, key, visit) {
                 Ok(visited) => return Ok(visited),
                 Err(visit) => visit,
@@ -714,35 +769,53 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             .saturating_add(1);
     }
 
-    /// The locked shard `key` belongs to.
-    /// The hash of `key` and the locked shard it belongs to.
+    /// The hash of `key`: it picks the key's shard and its place in the shard's table.
     #[inline]
-    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, MutexGuard<'_, Shard<K, L>>) {
-        let hash = self.inner.hasher.hash_one(key);
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.inner.hasher.hash_one(key)
+    }
+
+    /// The locked shard of the key whose hash is `hash`.
+    #[inline]
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard<K, L>> {
         // The number of shards is a power of two, at most 2^16: the mask keeps bits 32 to
         // 47 of the hash, which the shard's table uses neither for a key's place (its low
         // bits) nor for its tag (the top 7). Picked from those, the keys of one shard
         // would share them and crowd its table.
         let index = (hash >> 32) as usize & (self.inner.shards.len() - 1);
-        (hash, lock(&self.inner.shards[index]))
+        lock(&self.inner.shards[index])
     }
 
-    /// Keys held as whole limiters, over all shards, and the bases of the shards' words.
+    /// Which form each shard's keys are in.
     #[cfg(all(test, not(loom)))]
-    fn wholes_and_bases(&self) -> (usize, Vec<u64>) {
-        let shards = self
-            .inner
-            .shards
-            .iter()
-            .map(|shard| lock(shard).wholes_and_base());
-        let (wholes, bases): (Vec<usize>, Vec<u64>) = shards.unzip();
-        (wholes.iter().sum(), bases)
+    fn forms(&self) -> Vec<shard::Forms> {
+        let shards = self.inner.shards.iter();
+        shards.map(|shard| lock(shard).forms()).collect()
     }
 
     /// Sweeps `shard` (see [`Shard::sweep`]).
     fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
         let inner = &self.inner;
         shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher)
+    }
+
+    /// Lets go of `limiter`, a handle on the whole limiter of `key` (whose hash is
+    /// `hash`), and folds the key back into its word if that was the last handle besides
+    /// the table's and its line is empty.
+    fn release(&self, hash: u64, key: &K, limiter: Arc<L>) {
+        let Some(compact) = self.inner.compact.as_ref() else {
+            // Without a compact form nothing folds.
+            return;
+        };
+        let mut shard = self.shard(hash);
+        // Let go under the lock: of handles let go at once, the last to take the lock
+        // finds itself the last and folds. The table holds another handle, so the
+        // limiter is not dropped here.
+        drop(limiter);
+        let at = shard.at(Some(compact));
+        if let (Some(at), Some(mut slot)) = (at, shard.get_mut(hash, key)) {
+            slot.word(&at);
+        }
     }
 }
 
@@ -757,12 +830,58 @@ fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
 /// now), else to be asked of its whole limiter.
 #[inline(always)]
 fn try_step<L: Limiter>(mut slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
-    if let Some(at) = at {
-        if let Some(word) = slot.word(at) {
-            return Step::Decided(at.compact.try_acquire(word, permits, at.reading));
+    match on_word(&mut slot, at, permits) {
+        Some(decided) => Step::Decided(decided),
+        None => Step::Call(slot.whole(at)),
+    }
+}
+
+/// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
+/// into one now) and the permits are there, or refused there when they never could be;
+/// else to wait in its whole limiter's line, made from the word if need be.
+fn acquire_step<L: Limiter>(
+    mut slot: Slot<'_, L>,
+    at: Option<&At<'_, L>>,
+    permits: u64,
+) -> Step<L, AcquireError> {
+    match on_word(&mut slot, at, permits) {
+        Some(Ok(())) => Step::Decided(Ok(())),
+        Some(Err(TryAcquireError::ExceedsLimit { requested, limit })) => {
+            Step::Decided(Err(AcquireError::ExceedsLimit { requested, limit }))
+        }
+        // Limited (a word refuses nothing else): the whole limiter's line decides when.
+        Some(Err(_)) | None => Step::Call(slot.whole(at)),
+    }
+}
+
+/// `try_acquire` on a key's word, if the key is one (or folds into one now).
+#[inline(always)]
+fn on_word<L: Limiter>(
+    slot: &mut Slot<'_, L>,
+    at: Option<&At<'_, L>>,
+    permits: u64,
+) -> Option<Result<(), TryAcquireError>> {
+    let at = at?;
+    let word = slot.word(at)?;
+    Some(at.compact.try_acquire(word, permits, at.reading))
+}
+
+/// What a `Keyed::acquire` future owns: its key, and the key's whole limiter once it
+/// waits in its line. Dropped as the future ends or is dropped, it lets go of the
+/// limiter and folds the key back into its word if it was the last to use it.
+struct Held<K: Hash + Eq, L: Limiter> {
+    keyed: Keyed<K, L>,
+    hash: u64,
+    key: K,
+    limiter: Option<Arc<L>>,
+}
+
+impl<K: Hash + Eq, L: Limiter> Drop for Held<K, L> {
+    fn drop(&mut self) {
+        if let Some(limiter) = self.limiter.take() {
+            self.keyed.release(self.hash, &self.key, limiter);
         }
     }
-    Step::Call(slot.whole(at))
 }
 
 /// Refusal of a new key: the bound that was reached.

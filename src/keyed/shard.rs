@@ -11,7 +11,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -42,11 +42,18 @@ pub(super) struct Shard<K, L> {
 struct Wholes<L> {
     limiters: Vec<Option<Arc<L>>>,
     free: Vec<usize>,
+    /// Whole limiters kept so far: for tests to see when one is made.
+    #[cfg(all(test, not(loom)))]
+    made: usize,
 }
 
 impl<L> Wholes<L> {
     /// Keeps `limiter`, and returns the entry that names it.
     fn add(&mut self, limiter: Arc<L>) -> u64 {
+        #[cfg(all(test, not(loom)))]
+        {
+            self.made += 1;
+        }
         let index = match self.free.pop() {
             Some(index) => {
                 self.limiters[index] = Some(limiter);
@@ -82,9 +89,34 @@ impl<L> Wholes<L> {
     }
 }
 
+/// Whether the table's handle on `limiter` is the only one. It stays so while the shard is
+/// locked: a new handle is cloned only under the lock.
+#[inline]
+fn held_by_table_alone<L>(limiter: &Arc<L>) -> bool {
+    if Arc::strong_count(limiter) != 1 {
+        return false;
+    }
+    // `strong_count` is a relaxed load. The other handles were let go with a release
+    // decrement; this fence pairs with it (as `Arc::get_mut` does), so that all their
+    // holders did to the limiter is seen by the fold or the sweep that reads it next.
+    fence(Ordering::Acquire);
+    true
+}
+
 fn index(entry: u64) -> usize {
     // Indices are those of a `Vec`: they fit.
     (entry & !WHOLE) as usize
+}
+
+/// Which form a shard's keys are in, for tests.
+#[cfg(all(test, not(loom)))]
+pub(super) struct Forms {
+    /// Keys held whole now.
+    pub(super) wholes: usize,
+    /// Whole limiters made so far (from words, or for keys that have no word).
+    pub(super) made: usize,
+    /// The instant words count from.
+    pub(super) base: u64,
 }
 
 /// A compact form, and the instant and base its words are read at under a shard's lock.
@@ -122,13 +154,12 @@ pub(super) struct Slot<'s, L> {
 
 impl<L: Limiter> Slot<'_, L> {
     /// The key's word, first folding its whole limiter into one if it may be one again:
-    /// the map holds the only reference (which cannot change while the shard is locked,
-    /// since a new holder needs the lock), nobody waits on it, and its settings are the
+    /// the map holds the only handle on it, nobody waits on it, and its settings are the
     /// template's. `None` while it is held whole.
     #[inline]
     pub(super) fn word(&mut self, at: &At<'_, L>) -> Option<&mut u64> {
         if let Some(limiter) = self.wholes.get(*self.entry) {
-            if Arc::strong_count(limiter) != 1 {
+            if !held_by_table_alone(limiter) {
                 return None;
             }
             let word = at.compact.fold(limiter, at.now, at.base)?;
@@ -161,6 +192,8 @@ impl<K, L> Shard<K, L> {
             wholes: Wholes {
                 limiters: Vec::new(),
                 free: Vec::new(),
+                #[cfg(all(test, not(loom)))]
+                made: 0,
             },
             sweep_at: SWEEP_FLOOR,
             base: 0,
@@ -174,12 +207,26 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         self.entries.len()
     }
 
-    /// Keys held as whole limiters, and the base words count from: for tests to see
-    /// which form a key is in.
+    /// Which form the shard's keys are in: for tests.
     #[cfg(all(test, not(loom)))]
-    pub(super) fn wholes_and_base(&self) -> (usize, u64) {
+    pub(super) fn forms(&self) -> Forms {
         let wholes = self.wholes.limiters.iter().filter(|held| held.is_some());
-        (wholes.count(), self.base)
+        Forms {
+            wholes: wholes.count(),
+            made: self.wholes.made,
+            base: self.base,
+        }
+    }
+
+    /// Whether `key`, whose hash is `hash`, is held whole (`Some(true)`) or as a word
+    /// (`Some(false)`); `None` when it is not held.
+    pub(super) fn is_whole<Q>(&self, hash: u64, key: &Q) -> Option<bool>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let (_, entry) = self.entries.find(hash, |(held, _)| held.borrow() == key)?;
+        Some(entry & WHOLE != 0)
     }
 
     /// Where compact words are read now, after moving the base if now is past what words
@@ -261,9 +308,8 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
                 .as_ref()
                 .is_some_and(|at| at.compact.is_idle(*entry, at.reading)),
             Some(limiter) => {
-                // Nobody else holds it (checked first: it is cheaper, and it cannot change
-                // while the shard is locked, since a new holder needs the lock).
-                if Arc::strong_count(limiter) != 1 {
+                // Nobody else holds it (checked first: it is cheaper).
+                if !held_by_table_alone(limiter) {
                     return false;
                 }
                 // A fresh limiter would behave the same.

@@ -12,8 +12,25 @@ fn bucket(rate: Rate, capacity: u64) -> TokenBucket {
     TokenBucket::new(rate, capacity).unwrap()
 }
 
+/// Keys held whole now.
 fn wholes<K: Hash + Eq, L: Limiter>(keyed: &Keyed<K, L>) -> usize {
-    keyed.wholes_and_bases().0
+    keyed.forms().iter().map(|forms| forms.wholes).sum()
+}
+
+/// Whole limiters made so far.
+fn made<K: Hash + Eq, L: Limiter>(keyed: &Keyed<K, L>) -> usize {
+    keyed.forms().iter().map(|forms| forms.made).sum()
+}
+
+/// Spawns `acquire(key, permits)`, which reports the instant it ended, since `start`.
+fn spawn_acquire<L: Limiter>(
+    keyed: &Keyed<u8, L>,
+    key: u8,
+    permits: u64,
+) -> tokio::task::JoinHandle<(Result<(), AcquireError>, Duration)> {
+    let start = tokio::time::Instant::now();
+    let acquire = keyed.acquire(&key, permits);
+    tokio::spawn(async move { (acquire.await, start.elapsed()) })
 }
 
 fn limited(retry_after: Duration) -> Result<(), TryAcquireError> {
@@ -46,30 +63,95 @@ async fn answer_alike<L: Limiter>(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_key_is_a_word_until_it_must_wait_and_folds_back_once_its_line_is_empty() {
+async fn a_key_is_a_word_until_it_must_wait_and_folds_back_as_its_last_waiter_is_served() {
     let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
     keyed.try_acquire(&1, 1).unwrap();
-    assert_eq!(wholes(&keyed), 0, "served on its word");
-    let start = tokio::time::Instant::now();
-    let waiter = tokio::spawn(keyed.acquire(&1, 1));
+    assert_eq!((wholes(&keyed), made(&keyed)), (0, 0), "served on its word");
+    let first = spawn_acquire(&keyed, 1, 1);
+    let second = spawn_acquire(&keyed, 1, 1);
     tokio::task::yield_now().await;
-    assert_eq!(wholes(&keyed), 1, "a whole bucket for the waiter");
-    // Nobody passes the waiter, whichever form answers.
-    assert_eq!(keyed.try_acquire(&1, 1), limited(Duration::from_secs(2)));
-    waiter.await.unwrap().unwrap();
-    assert!(start.elapsed() >= Duration::from_secs(1));
-    assert_eq!(wholes(&keyed), 1, "folded only when next used");
-    // The bucket is empty as of the grant at 1 s: the word holds exactly that.
+    assert_eq!(
+        (wholes(&keyed), made(&keyed)),
+        (1, 1),
+        "one whole bucket for both"
+    );
+    // Nobody passes the waiters, whichever form answers.
+    assert_eq!(keyed.try_acquire(&1, 1), limited(Duration::from_secs(3)));
+    assert_eq!(first.await.unwrap(), (Ok(()), Duration::from_secs(1)));
+    assert_eq!(
+        keyed.is_held_whole(&1),
+        Some(true),
+        "the second still waits"
+    );
+    assert_eq!(second.await.unwrap(), (Ok(()), Duration::from_secs(2)));
+    // Folded as the last waiter was served, with nothing else done to the key.
+    assert_eq!(keyed.is_held_whole(&1), Some(false));
+    assert_eq!(wholes(&keyed), 0);
+    // The bucket is empty as of the grant at 2 s: the word holds exactly that.
     assert_eq!(keyed.try_acquire(&1, 1), limited(Duration::from_secs(1)));
-    assert_eq!(wholes(&keyed), 0);
-    // A sweep folds too.
-    let waiter = tokio::spawn(keyed.acquire(&1, 1));
-    waiter.await.unwrap().unwrap();
-    assert_eq!(wholes(&keyed), 1);
-    assert_eq!(keyed.retain_recent(), 0, "the bucket is empty: not idle");
-    assert_eq!(wholes(&keyed), 0);
+    assert_eq!(made(&keyed), 1);
     advance(Duration::from_secs(1)).await;
     assert_eq!(keyed.retain_recent(), 1, "full again: forgotten");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_whose_permits_are_there_is_served_on_the_word_at_its_first_poll() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
+    let mut acquire = tokio_test::task::spawn(keyed.acquire(&0, 1));
+    assert_eq!(keyed.len(), 0, "nothing looked at before the first poll");
+    tokio_test::assert_ready_eq!(acquire.poll(), Ok(()));
+    assert_eq!(keyed.acquire(&0, 1).await, Ok(()));
+    // Refused at once on the word too, as the bucket's `acquire` would be.
+    assert_eq!(
+        keyed.acquire(&0, 3).await,
+        Err(AcquireError::ExceedsLimit {
+            requested: 3,
+            limit: 2
+        })
+    );
+    assert_eq!((wholes(&keyed), made(&keyed)), (0, 0), "no bucket was made");
+    // Each took exactly one token from the word.
+    assert_eq!(keyed.try_acquire(&0, 1), limited(Duration::from_secs(1)));
+    // A window key likewise.
+    let template = FixedWindow::new(2, Duration::from_secs(1)).unwrap();
+    let windows: Keyed<u8, FixedWindow> = Keyed::new(template);
+    windows.acquire(&0, 2).await.unwrap();
+    assert_eq!((wholes(&windows), made(&windows)), (0, 0));
+    assert_eq!(windows.try_acquire(&0, 1), limited(Duration::from_secs(1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_folds_back_as_its_last_waiter_is_dropped_and_a_get_handle_keeps_it_whole() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
+    keyed.try_acquire(&0, 1).unwrap();
+    let mut waiter = tokio_test::task::spawn(keyed.acquire(&0, 1));
+    tokio_test::assert_pending!(waiter.poll());
+    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    drop(waiter);
+    assert_eq!(
+        keyed.is_held_whole(&0),
+        Some(false),
+        "folded as it was dropped"
+    );
+    // It took nothing: the token comes at 1 s.
+    assert_eq!(keyed.try_acquire(&0, 1), limited(Duration::from_secs(1)));
+    // A waiter served while a `get` handle lives leaves the key whole: the handle acts on
+    // that bucket.
+    let waiter = spawn_acquire(&keyed, 0, 1);
+    tokio::task::yield_now().await;
+    let handle = keyed.get(&0).unwrap();
+    assert_eq!(waiter.await.unwrap(), (Ok(()), Duration::from_secs(1)));
+    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(handle.available(), 0);
+    drop(handle);
+    // Let go outside the shard's lock, the handle folds nothing; the next call does.
+    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(keyed.try_acquire(&0, 1), limited(Duration::from_secs(1)));
+    assert_eq!(keyed.is_held_whole(&0), Some(false));
+    // A sweep folds too.
+    drop(keyed.get(&0));
+    assert_eq!(keyed.retain_recent(), 0, "the bucket is empty: not idle");
+    assert_eq!(keyed.is_held_whole(&0), Some(false));
 }
 
 #[tokio::test(start_paused = true)]
@@ -102,6 +184,42 @@ async fn a_handle_from_get_keeps_its_key_whole_and_a_changed_rate_keeps_it_whole
     assert_eq!(wholes(&keyed), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_capacity_set_through_get_holds_until_the_key_is_forgotten() {
+    let keyed: Keyed<&str, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
+    keyed.try_acquire(&"a", 2).unwrap();
+    let handle = keyed.get(&"a").expect("held");
+    handle.set_capacity(4).unwrap();
+    drop(handle);
+    // A raised capacity fills at the rate: 4 tokens at 4 s, where the template holds 2.
+    let exceeds = |limit| {
+        Err(TryAcquireError::ExceedsLimit {
+            requested: 4,
+            limit,
+        })
+    };
+    assert_eq!(keyed.try_acquire(&"a", 4), limited(Duration::from_secs(4)));
+    assert_eq!(keyed.is_held_whole(&"a"), Some(true), "its own capacity");
+    advance(Duration::from_secs(3)).await;
+    assert_eq!(keyed.retain_recent(), 0, "3 of 4 tokens: not idle");
+    assert_eq!(keyed.is_held_whole(&"a"), Some(true));
+    advance(Duration::from_secs(1)).await;
+    keyed.try_acquire(&"a", 4).unwrap();
+    // Full again at 8 s, it is forgotten, and comes back as the template.
+    advance(Duration::from_secs(4)).await;
+    assert_eq!(keyed.retain_recent(), 1);
+    assert_eq!(keyed.try_acquire(&"a", 4), exceeds(2));
+    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    // Set back to the template's, the key folds again, holding what the bucket held.
+    let handle = keyed.get(&"a").unwrap();
+    handle.set_capacity(3).unwrap();
+    handle.set_capacity(2).unwrap();
+    drop(handle);
+    keyed.try_acquire(&"a", 2).unwrap();
+    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    assert_eq!(keyed.try_acquire(&"a", 1), limited(Duration::from_secs(1)));
+}
+
 /// The word and a bucket of the same settings, asked the same things at the same
 /// irregular instants, answer alike to the nanosecond: across moves of the shard's base
 /// (a rate of 10^9 tokens a nanosecond moves it every 4.6 s) and across unfolding into a
@@ -126,9 +244,8 @@ async fn a_word_answers_as_its_bucket_would_across_moves_of_its_base() {
             (Duration::from_nanos(step), (round * 37) % (capacity + 2))
         })
         .await;
-        let (_, bases) = keyed.wholes_and_bases();
         if rate.amount() == 1_000_000_000 {
-            assert!(bases[0] > 0, "the base moved");
+            assert!(keyed.forms()[0].base > 0, "the base moved");
         }
     }
 }
@@ -145,13 +262,15 @@ async fn a_window_key_is_a_word_that_answers_as_its_window_would() {
     // Waiters make it whole; their line empty, it folds back.
     keyed.try_acquire(&0, 5).ok();
     alone.try_acquire(5).ok();
-    let waiter = tokio::spawn(keyed.acquire(&0, 3));
+    let waiter = spawn_acquire(&keyed, 0, 3);
     tokio::task::yield_now().await;
     assert_eq!(wholes(&keyed), 1);
-    waiter.await.unwrap().unwrap();
-    alone.acquire(3).await.unwrap();
+    let (result, waited) = waiter.await.unwrap();
+    let start = tokio::time::Instant::now() - waited;
+    assert_eq!(result, alone.acquire(3).await);
+    assert_eq!(start.elapsed(), waited, "served at the same instant");
+    assert_eq!(wholes(&keyed), 0, "folded as its waiter was served");
     assert_eq!(keyed.try_acquire(&0, 3), alone.try_acquire(3));
-    assert_eq!(wholes(&keyed), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -178,9 +297,9 @@ async fn an_acquire_dropped_unpolled_takes_nothing_from_a_word() {
     tokio::task::yield_now().await;
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
+    assert_eq!(wholes(&keyed), 0);
     advance(Duration::from_secs(1)).await;
     keyed.try_acquire(&0, 1).unwrap();
-    assert_eq!(wholes(&keyed), 0);
 }
 
 #[tokio::test(start_paused = true)]
