@@ -8,7 +8,8 @@
 //! # Running
 //!
 //! ```text
-//! cargo bench --features redis --bench redis     # about 50 s
+//! cargo bench --features redis --bench redis              # about 50 s
+//! cargo bench --features redis --bench redis -- hot-key   # only the last table, one hot key
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (persisting nothing), then,
@@ -47,6 +48,7 @@
 mod redis_server;
 
 use std::future::Future;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,21 +75,45 @@ struct Measured {
     redis_micros: f64,
 }
 
-fn main() {
+/// The argument that runs only the last table, one hot key.
+const HOT_KEY_ONLY: &str = "hot-key";
+
+fn main() -> ExitCode {
+    // cargo passes `--bench`.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    let hot_key_only = match args.as_slice() {
+        [] => false,
+        [only] if only == HOT_KEY_ONLY => true,
+        other => {
+            eprintln!("unknown arguments {other:?}: give none, or `{HOT_KEY_ONLY}`");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = redis_server::RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
+    if !hot_key_only {
+        let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
+        print_tables(&rows, &pairs);
+    }
     let hot = runtime.block_on(hot_key::measure(&server.url()));
+    hot_key::print(&hot);
+    ExitCode::SUCCESS
+}
+
+fn print_tables(rows: &[(usize, [Measured; 4])], pairs: &[(usize, [Measured; 2])]) {
     println!();
     println!("Decisions per second (and share of the floor):");
     println!();
     println!("| tasks | `INCR` + `PEXPIRE` pipeline (floor) | token bucket | fixed window | sliding log |");
     println!("| --- | --- | --- | --- | --- |");
-    for (tasks, [floor, bucket, window, log]) in &rows {
+    for (tasks, [floor, bucket, window, log]) in rows {
         let share = |measured: Measured| {
             format!(
                 "{} ({:.2})",
@@ -108,7 +134,7 @@ fn main() {
     println!();
     println!("| tasks | floor | token bucket | fixed window | sliding log |");
     println!("| --- | --- | --- | --- | --- |");
-    for (tasks, measured) in &rows {
+    for (tasks, measured) in rows {
         let cells: Vec<String> = measured
             .iter()
             .map(|measured| format!("{:.2}", measured.redis_micros))
@@ -120,7 +146,7 @@ fn main() {
     println!();
     println!("| tasks | two calls, one after the other: decisions/s; µs each; µs in Redis | `all([bucket, window])`: decisions/s; µs each; µs in Redis | `all` / two calls, decisions/s |");
     println!("| --- | --- | --- | --- |");
-    for (tasks, [separate, together]) in &pairs {
+    for (tasks, [separate, together]) in pairs {
         let cell = |measured: Measured| {
             format!(
                 "{}; {:.1}; {:.2}",
@@ -137,7 +163,6 @@ fn main() {
             together.per_second / separate.per_second
         );
     }
-    hot_key::print(&hot);
 }
 
 /// Each number of tasks with its figures: one limit per request (the floor and each
