@@ -8,8 +8,8 @@
 //! # Running
 //!
 //! ```text
-//! cargo bench --features redis --bench redis              # about 50 s
-//! cargo bench --features redis --bench redis -- hot-key   # only the last table, one hot key
+//! cargo bench --features redis --bench redis              # about 60 s
+//! cargo bench --features redis --bench redis -- hot-key   # only the last table, about 10 s
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (persisting nothing), then,
