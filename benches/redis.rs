@@ -8,7 +8,8 @@
 //! # Running
 //!
 //! ```text
-//! cargo bench --features redis --bench redis     # about 50 s
+//! cargo bench --features redis --bench redis              # about 60 s
+//! cargo bench --features redis --bench redis -- hot-key   # only the last table, about 10 s
 //! ```
 //!
 //! It starts its own `redis-server` on a free loopback port (persisting nothing), then,
@@ -29,13 +30,19 @@
 //!
 //! Last, one hot key (issue 15): 4 processes × 16 tasks on one token bucket key, each task
 //! looping one request for one token, through the plain limiter (`acquire`, which waits
-//! out each refusal) and through a leased front per process (`take`). "Processes" are 4
-//! independent limiters in this binary, each with its own `ConnectionManager` (and its
-//! own front), as separate processes would have. For each: decisions per second, their
-//! share of the bucket's rate, Redis calls (script runs, from `INFO commandstats`) and
-//! Redis's time per decision, and the bound: every grant's instant is logged, and the
-//! table gives the most any interval of length t saw beyond `rate × t`, against the
-//! `capacity` (plain) or `capacity + rate × L` (leased) allowed.
+//! out each refusal) and through a leased front per process (`take`). The processes are
+//! real: the bench runs its own binary again as 4 children (`redis hot-key-process <mode>
+//! <url> <start>`), each with its own runtime (2 workers), `ConnectionManager` and front.
+//! The parent names a start 1.5 s ahead, in nanoseconds since the UNIX epoch, so that all
+//! begin together once connected; each runs its warm-up and measurement from there, logs
+//! its grants' instants on that clock (`SystemTime`, common to every process), and prints
+//! them and its front's Redis calls on stdout. A child stops itself 10 s after the run's
+//! end, and the parent kills one still running 5 s later. For each: decisions per second,
+//! their share of the bucket's rate, Redis calls per decision (the fronts' own count when
+//! leased; script runs from `INFO commandstats` when plain, as only Redis sees its retries)
+//! and Redis's time per decision, and the bound: over the merged instants, the most any
+//! interval of length t saw beyond `rate × t`, against the `capacity` (plain) or
+//! `capacity + rate × L` (leased) allowed.
 //!
 //! The client, its runtime (2 workers) and redis-server share the machine's cores, so
 //! the figures are of this machine and load; the ratios within one run are what to
@@ -47,6 +54,7 @@
 mod redis_server;
 
 use std::future::Future;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,21 +81,46 @@ struct Measured {
     redis_micros: f64,
 }
 
-fn main() {
+/// The argument that runs only the last table, one hot key.
+const HOT_KEY_ONLY: &str = "hot-key";
+
+fn main() -> ExitCode {
+    // cargo passes `--bench`.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    let hot_key_only = match args.as_slice() {
+        [child, rest @ ..] if child == hot_key::CHILD => return hot_key::child(rest),
+        [] => false,
+        [only] if only == HOT_KEY_ONLY => true,
+        other => {
+            eprintln!("unknown arguments {other:?}: give none, or `{HOT_KEY_ONLY}`");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = redis_server::RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
+    if !hot_key_only {
+        let (rows, pairs) = runtime.block_on(measure_all(&server.url()));
+        print_tables(&rows, &pairs);
+    }
     let hot = runtime.block_on(hot_key::measure(&server.url()));
+    hot_key::print(&hot);
+    ExitCode::SUCCESS
+}
+
+fn print_tables(rows: &[(usize, [Measured; 4])], pairs: &[(usize, [Measured; 2])]) {
     println!();
     println!("Decisions per second (and share of the floor):");
     println!();
     println!("| tasks | `INCR` + `PEXPIRE` pipeline (floor) | token bucket | fixed window | sliding log |");
     println!("| --- | --- | --- | --- | --- |");
-    for (tasks, [floor, bucket, window, log]) in &rows {
+    for (tasks, [floor, bucket, window, log]) in rows {
         let share = |measured: Measured| {
             format!(
                 "{} ({:.2})",
@@ -108,7 +141,7 @@ fn main() {
     println!();
     println!("| tasks | floor | token bucket | fixed window | sliding log |");
     println!("| --- | --- | --- | --- | --- |");
-    for (tasks, measured) in &rows {
+    for (tasks, measured) in rows {
         let cells: Vec<String> = measured
             .iter()
             .map(|measured| format!("{:.2}", measured.redis_micros))
@@ -120,7 +153,7 @@ fn main() {
     println!();
     println!("| tasks | two calls, one after the other: decisions/s; µs each; µs in Redis | `all([bucket, window])`: decisions/s; µs each; µs in Redis | `all` / two calls, decisions/s |");
     println!("| --- | --- | --- | --- |");
-    for (tasks, [separate, together]) in &pairs {
+    for (tasks, [separate, together]) in pairs {
         let cell = |measured: Measured| {
             format!(
                 "{}; {:.1}; {:.2}",
@@ -137,7 +170,6 @@ fn main() {
             together.per_second / separate.per_second
         );
     }
-    hot_key::print(&hot);
 }
 
 /// Each number of tasks with its figures: one limit per request (the floor and each
@@ -328,16 +360,49 @@ fn command_field(stats: &str, command: &str, field: &str) -> Option<f64> {
     Some(value.parse::<f64>().expect("a number"))
 }
 
-/// One hot key: the plain limiter beside leased fronts.
+/// One hot key: the plain limiter beside leased fronts, each in `PROCESSES` real
+/// processes (this binary, run again as children).
 mod hot_key {
     use super::*;
+    use std::process::Stdio;
+    use std::time::{SystemTime, UNIX_EPOCH};
     use token_bucket::redis::LeaseOptions;
 
+    /// The first argument that makes this binary a child: `hot-key-process <mode> <url>
+    /// <start>`, `start` in nanoseconds since the UNIX epoch.
+    pub const CHILD: &str = "hot-key-process";
     const PROCESSES: usize = 4;
     const TASKS: usize = 16;
     const RATE: u64 = 20_000;
     const CAPACITY: u64 = 2_000;
     const KEY: &str = "hot";
+    /// How far ahead the parent sets the agreed start: time for every child to start,
+    /// connect and build its limiter first, on a loaded machine too.
+    const LEAD: Duration = Duration::from_millis(1500);
+    /// How long past the run's end a child may take to close its front and report; then
+    /// it exits by itself, and the parent kills what is left a little later.
+    const GRACE: Duration = Duration::from_secs(10);
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Plain,
+        Leased,
+    }
+
+    impl Mode {
+        fn arg(self) -> &'static str {
+            match self {
+                Mode::Plain => "plain",
+                Mode::Leased => "leased",
+            }
+        }
+
+        fn parse(arg: &str) -> Option<Mode> {
+            [Mode::Plain, Mode::Leased]
+                .into_iter()
+                .find(|mode| mode.arg() == arg)
+        }
+    }
 
     /// One way of limiting the key, measured.
     pub struct HotKey {
@@ -350,69 +415,41 @@ mod hot_key {
         allowed: f64,
     }
 
+    /// Now, in nanoseconds since the UNIX epoch: the clock every process reads alike.
+    fn unix_ns() -> u64 {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("a clock after 1970");
+        u64::try_from(since.as_nanos()).expect("nanoseconds fit in u64")
+    }
+
+    fn nanos(duration: Duration) -> u64 {
+        u64::try_from(duration.as_nanos()).expect("nanoseconds fit in u64")
+    }
+
     pub async fn measure(url: &str) -> [HotKey; 2] {
         let client = Client::open(url).expect("a valid URL");
-        let mut limiters = Vec::new();
-        for _ in 0..PROCESSES {
-            let connection = ConnectionManager::new(client.clone())
-                .await
-                .expect("connect to the bench's redis-server");
-            let options = RedisOptions::new(FailurePolicy::FailClosed)
-                .with_prefix("hot:")
-                .with_timeout(Duration::from_secs(5));
-            limiters.push(
-                RedisTokenBucket::new(connection, Rate::per_second(RATE), CAPACITY, options)
-                    .expect("bucket settings"),
-            );
-        }
         let admin = ConnectionManager::new(client)
             .await
             .expect("connect to the bench's redis-server");
-        let plain = {
-            let limiters = limiters.clone();
-            run("plain `acquire`", &admin, 0.0, move |process| {
-                let limiter = limiters[process].clone();
-                async move { limiter.acquire(KEY, 1).await.expect("granted") }
-            })
-            .await
-        };
-        let lifetime = LeaseOptions::DEFAULT_LIFETIME;
-        let fronts: Vec<_> = limiters
-            .iter()
-            .map(|limiter| {
-                limiter
-                    .leased(KEY, LeaseOptions::new())
-                    .expect("lease settings")
-            })
-            .collect();
-        let leased = {
-            let fronts = fronts.clone();
-            let allowance = RATE as f64 * lifetime.as_secs_f64();
-            run("leased `take`", &admin, allowance, move |process| {
-                let front = fronts[process].clone();
-                async move { front.take(1).await.expect("granted") }
-            })
-            .await
-        };
-        for front in fronts {
-            front.close().await;
-        }
+        let plain = run("plain `acquire`", Mode::Plain, url, &admin).await;
+        let leased = run("leased `take`", Mode::Leased, url, &admin).await;
         [plain, leased]
     }
 
-    /// Runs `PROCESSES × TASKS` tasks on the key, each looping `call(process)`, through
-    /// the warm-up and the measurement; `allowance` is what the bound allows beyond
-    /// `capacity + rate × t`.
-    async fn run<F, C>(
-        name: &'static str,
-        admin: &ConnectionManager,
-        allowance: f64,
-        call: C,
-    ) -> HotKey
-    where
-        C: Fn(usize) -> F + Send + Sync + 'static,
-        F: Future<Output = ()> + Send + 'static,
-    {
+    /// What one child reported.
+    struct Report {
+        /// Its grants' instants, in nanoseconds since the UNIX epoch.
+        grants: Vec<u64>,
+        /// Its front's calls to Redis (leased only).
+        redis_calls: Option<u64>,
+        /// How long after the agreed start it was ready, if it was late.
+        late_ns: u64,
+    }
+
+    /// Runs `PROCESSES` children, each with `TASKS` tasks looping on the key, from one
+    /// agreed start through the warm-up and the measurement, and reads their reports.
+    async fn run(name: &'static str, mode: Mode, url: &str, admin: &ConnectionManager) -> HotKey {
         let mut admin = admin.clone();
         driver::cmd("DEL")
             .arg(format!("hot:tb:{KEY}"))
@@ -424,40 +461,77 @@ mod hot_key {
             .exec_async(&mut admin)
             .await
             .expect("CONFIG RESETSTAT");
-        let stop = Arc::new(AtomicBool::new(false));
-        let call = Arc::new(call);
-        let handles: Vec<_> = (0..PROCESSES * TASKS)
-            .map(|task| {
-                let (stop, call) = (stop.clone(), call.clone());
-                tokio::spawn(async move {
-                    let mut grants = Vec::new();
-                    while !stop.load(Ordering::Relaxed) {
-                        call(task % PROCESSES).await;
-                        grants.push(Instant::now());
-                    }
-                    grants
-                })
-            })
-            .collect();
-        tokio::time::sleep(WARM_UP).await;
-        let start = Instant::now();
-        tokio::time::sleep(MEASURE).await;
-        let end = Instant::now();
-        stop.store(true, Ordering::Relaxed);
-        let mut grants = Vec::new();
-        for handle in handles {
-            grants.extend(handle.await.expect("a bench task panicked"));
+        let exe = std::env::current_exe().expect("this bench's executable");
+        let start = unix_ns() + nanos(LEAD);
+        let children = (0..PROCESSES).map(|_| {
+            let child = tokio::process::Command::new(&exe)
+                .args([CHILD, mode.arg(), url, &start.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                // A child outliving the parent's patience is killed as it is dropped.
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start a child process");
+            child.wait_with_output()
+        });
+        let patience = LEAD + WARM_UP + MEASURE + GRACE + Duration::from_secs(5);
+        let outputs = tokio::time::timeout(patience, futures::future::join_all(children))
+            .await
+            .unwrap_or_else(|_| panic!("a child was still running after {patience:?}"));
+        let mut reports = Vec::new();
+        for output in outputs {
+            let output = output.expect("a child's output");
+            assert!(output.status.success(), "a child failed: {}", output.status);
+            reports.push(parse(&String::from_utf8_lossy(&output.stdout)));
         }
-        grants.sort();
+        let latest = reports
+            .iter()
+            .map(|report| report.late_ns)
+            .max()
+            .unwrap_or(0);
+        // Within the warm-up, a late child still runs through the whole measurement.
+        assert!(
+            latest < nanos(WARM_UP),
+            "a child was ready {} ms after the agreed start: raise LEAD",
+            latest / 1_000_000
+        );
+        if latest > 0 {
+            eprintln!(
+                "    a child was ready {:.1} ms after the agreed start",
+                latest as f64 / 1e6
+            );
+        }
         let stats: String = driver::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut admin)
             .await
             .expect("INFO commandstats");
-        let calls = script_field(&stats, "calls");
-        let measured = grants.iter().filter(|at| (start..end).contains(at)).count();
-        let per_second = measured as f64 / (end - start).as_secs_f64();
+        let mut grants: Vec<u64> = reports
+            .iter()
+            .flat_map(|report| report.grants.iter().copied())
+            .collect();
+        grants.sort_unstable();
+        let scripts = script_field(&stats, "calls");
+        // The fronts count their own calls; the plain limiter's (its retries included)
+        // only Redis sees.
+        let calls = match mode {
+            Mode::Plain => scripts,
+            Mode::Leased => {
+                let fronts: u64 = reports.iter().filter_map(|r| r.redis_calls).sum();
+                eprintln!("    leased: the fronts counted {fronts} calls, Redis {scripts}");
+                fronts as f64
+            }
+        };
+        let from = start + nanos(WARM_UP);
+        let to = from + nanos(MEASURE);
+        let measured = grants.iter().filter(|at| (from..to).contains(at)).count();
+        let per_second = measured as f64 / MEASURE.as_secs_f64();
         let excess = most_beyond_rate(&grants);
+        let allowance = match mode {
+            Mode::Plain => 0.0,
+            Mode::Leased => RATE as f64 * LeaseOptions::DEFAULT_LIFETIME.as_secs_f64(),
+        };
         let hot = HotKey {
             name,
             per_second,
@@ -467,23 +541,141 @@ mod hot_key {
             allowed: CAPACITY as f64 + allowance,
         };
         eprintln!(
-            "{name:>16}: {per_second:>7.0} decisions/s, {:.3} Redis calls each, most beyond rate × t {excess:.0} (allowed {:.0})",
+            "{name:>16}: {per_second:>7.0} decisions/s, {:.4} Redis calls each, most beyond rate × t {excess:.0} (allowed {:.0})",
             hot.calls_per_decision, hot.allowed
         );
         hot
     }
 
-    /// Over every interval between two grants of the sorted `grants`, the most grants
-    /// beyond `RATE × t`: with g(k) = k - RATE × t_k, the interval from i to j holds
-    /// j - i + 1 grants, so it is the largest g(j) - g(i) + 1 for i ≤ j.
-    fn most_beyond_rate(grants: &[Instant]) -> f64 {
-        let Some(first) = grants.first() else {
+    /// A child's stdout: a `GRANTS <ns,ns,...>` line and a `RESULT key=value ...` line.
+    fn parse(stdout: &str) -> Report {
+        let grants = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("GRANTS "))
+            .expect("a GRANTS line")
+            .split(',')
+            .filter(|ns| !ns.is_empty())
+            .map(|ns| ns.parse().expect("nanoseconds"))
+            .collect();
+        let result = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("RESULT "))
+            .expect("a RESULT line");
+        let field = |key: &str| -> Option<u64> {
+            result
+                .split_whitespace()
+                .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+                .map(|value| value.parse().expect("a number"))
+        };
+        Report {
+            grants,
+            redis_calls: field("redis_calls"),
+            late_ns: field("late_ns").expect("late_ns"),
+        }
+    }
+
+    /// The child: `args` after [`CHILD`]. It runs its tasks from the agreed start to
+    /// the end of the measurement, then prints its report on stdout.
+    pub fn child(args: &[String]) -> ExitCode {
+        let [mode, url, start] = args else {
+            eprintln!("{CHILD} wants <mode> <url> <start>, got {args:?}");
+            return ExitCode::FAILURE;
+        };
+        let (Some(mode), Ok(start)) = (Mode::parse(mode), start.parse::<u64>()) else {
+            eprintln!("{CHILD}: bad mode or start in {args:?}");
+            return ExitCode::FAILURE;
+        };
+        // Stops the child even if Redis or the parent leaves it hanging.
+        let limit = Duration::from_nanos(start.saturating_sub(unix_ns())) + WARM_UP + MEASURE;
+        std::thread::spawn(move || {
+            std::thread::sleep(limit + GRACE);
+            eprintln!("{CHILD}: still running {GRACE:?} after the run's end; exiting");
+            std::process::exit(2);
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let report = runtime.block_on(process(mode, url, start));
+        let grants: Vec<String> = report.grants.iter().map(u64::to_string).collect();
+        println!("GRANTS {}", grants.join(","));
+        let mut result = format!("RESULT grants={} late_ns={}", grants.len(), report.late_ns);
+        if let Some(calls) = report.redis_calls {
+            result.push_str(&format!(" redis_calls={calls}"));
+        }
+        println!("{result}");
+        ExitCode::SUCCESS
+    }
+
+    /// One process's run: its own connection and limiter (and front), `TASKS` tasks.
+    async fn process(mode: Mode, url: &str, start: u64) -> Report {
+        let client = Client::open(url).expect("a valid URL");
+        let connection = ConnectionManager::new(client)
+            .await
+            .expect("connect to the bench's redis-server");
+        let options = RedisOptions::new(FailurePolicy::FailClosed)
+            .with_prefix("hot:")
+            .with_timeout(Duration::from_secs(5));
+        let limiter = RedisTokenBucket::new(connection, Rate::per_second(RATE), CAPACITY, options)
+            .expect("bucket settings");
+        let front = (mode == Mode::Leased).then(|| {
+            limiter
+                .leased(KEY, LeaseOptions::new())
+                .expect("lease settings")
+        });
+        let ready = unix_ns();
+        tokio::time::sleep(Duration::from_nanos(start.saturating_sub(ready))).await;
+        let end = start + nanos(WARM_UP + MEASURE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let (stop, limiter, front) = (stop.clone(), limiter.clone(), front.clone());
+                tokio::spawn(async move {
+                    let mut grants = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        match &front {
+                            Some(front) => front.take(1).await.expect("granted"),
+                            None => limiter.acquire(KEY, 1).await.expect("granted"),
+                        }
+                        grants.push(unix_ns());
+                    }
+                    grants
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_nanos(end.saturating_sub(unix_ns()))).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut grants = Vec::new();
+        for handle in handles {
+            grants.extend(handle.await.expect("a bench task panicked"));
+        }
+        // Closed before the stats are read, so the give-backs are counted.
+        let redis_calls = match front {
+            Some(front) => {
+                front.close().await;
+                Some(front.stats().redis_calls)
+            }
+            None => None,
+        };
+        Report {
+            grants,
+            redis_calls,
+            late_ns: ready.saturating_sub(start),
+        }
+    }
+
+    /// Over every interval between two grants of the sorted `grants` (nanoseconds), the
+    /// most grants beyond `RATE × t`: with g(k) = k - RATE × t_k, the interval from i to
+    /// j holds j - i + 1 grants, so it is the largest g(j) - g(i) + 1 for i ≤ j.
+    fn most_beyond_rate(grants: &[u64]) -> f64 {
+        let Some(&first) = grants.first() else {
             return 0.0;
         };
         let mut lowest = f64::INFINITY;
         let mut most = 0.0f64;
-        for (index, at) in grants.iter().enumerate() {
-            let g = index as f64 - RATE as f64 * (*at - *first).as_secs_f64();
+        for (index, &at) in grants.iter().enumerate() {
+            let g = index as f64 - RATE as f64 * (at - first) as f64 / 1e9;
             lowest = lowest.min(g);
             most = most.max(g - lowest + 1.0);
         }
