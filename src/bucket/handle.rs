@@ -119,6 +119,7 @@ impl Shared {
     /// The state, as of `now` at the earliest. No code panics while holding the lock,
     /// but if a caller's panic ever poisoned it the state is still consistent, so
     /// poisoning is ignored.
+    #[inline]
     pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A bucket of several limits never hands the word its state: nothing to seize.
@@ -127,6 +128,7 @@ impl Shared {
                 state.adopt(ledger);
             }
         }
+        state.forget_seen(&self.unseen);
         Locked {
             fast: &self.fast,
             unseen: &self.unseen,
