@@ -1040,12 +1040,12 @@ impl TokenBucket {
         waker: &Waker,
         now: u64,
     ) -> Result<Option<WaiterId>, TakeError> {
-        // The instant the fast path was asked at: reading the clock again (it costs a
-        // quarter of what queueing a waiter does) would change nothing but the cost.
-        let mut at = now;
+        // The instant the fast path was asked at, also after the timer check: reading the
+        // clock again (it costs a quarter of what queueing a waiter does) would change
+        // nothing but the cost.
         let mut timer_checked = false;
         loop {
-            let begun = self.update_at(at, |state, now| {
+            let begun = self.update_at(now, |state, now| {
                 if state.admit(request, now)? == Admission::Granted {
                     return Ok(Begun::Granted);
                 }
@@ -1069,7 +1069,6 @@ impl TokenBucket {
                     // other waiters. Then decide again, as the bucket may have moved on.
                     clock::require_timer();
                     timer_checked = true;
-                    at = self.shared.clock.now();
                 }
             }
         }
