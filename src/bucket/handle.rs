@@ -116,9 +116,9 @@ impl Drop for Locked<'_> {
 }
 
 impl Shared {
-    /// The state, as of `now` at the earliest. No code panics while holding the lock,
-    /// but if a caller's panic ever poisoned it the state is still consistent, so
-    /// poisoning is ignored.
+    /// The state, as of `now` at the earliest. Nothing panics while holding the lock
+    /// but a waiter's timer check, before anything was decided (see `begin_locked`),
+    /// so the state is consistent even when poisoned, and poisoning is ignored.
     #[inline]
     pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1056,7 +1056,14 @@ impl TokenBucket {
                     return Err(TakeError::NoRuntime);
                 }
                 if in_runtime && !timer_checked {
-                    return Ok(Begun::MustCheckTimer);
+                    if state.has_wakers() {
+                        // Serving decided others' outcomes: panicking under the lock
+                        // would lose them.
+                        return Ok(Begun::MustCheckTimer);
+                    }
+                    // Nothing was decided yet, so a panic here leaves the state as it
+                    // was; checking outside the lock would cost a second round.
+                    clock::require_timer_in_runtime();
                 }
                 refill::ensure_running(&self.shared, state)?;
                 Ok(Begun::Queued(state.enqueue(request, waker.clone())))
