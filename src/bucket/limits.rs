@@ -335,8 +335,11 @@ impl Limits {
     }
 
     /// Waiter `id` was granted `tokens` and will be told.
+    #[inline]
     pub(crate) fn granted(&mut self, id: WaiterId, tokens: u64) {
-        for limit in self.iter_mut() {
+        // Not through the chained iterator, which costs every grant some 25 instructions.
+        self.first.unseen.granted(id, tokens);
+        for limit in self.others.iter_mut() {
             limit.unseen.granted(id, tokens);
         }
     }
