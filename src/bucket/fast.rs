@@ -262,6 +262,11 @@ impl FastPath {
     /// Seizes the word for the lock's holder. When the word held the state, returns the
     /// ledger it is worth at `now`, which becomes the authority until it is published.
     pub(crate) fn seize(&self, now: u64, rate: Rate) -> Option<Ledger> {
+        // Seized already (someone is queued): only the lock's holder, which is us, hands
+        // it back, so a load tells, without writing to the word every taker reads.
+        if self.word.load(Relaxed) & LOCKED != 0 {
+            return None;
+        }
         let word = self.word.fetch_or(LOCKED, AcqRel);
         if word & LOCKED != 0 {
             return None;

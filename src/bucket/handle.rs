@@ -116,9 +116,10 @@ impl Drop for Locked<'_> {
 }
 
 impl Shared {
-    /// The state, as of `now` at the earliest. No code panics while holding the lock,
-    /// but if a caller's panic ever poisoned it the state is still consistent, so
-    /// poisoning is ignored.
+    /// The state, as of `now` at the earliest. Nothing panics while holding the lock
+    /// but a waiter's timer check, before anything was decided (see `begin_locked`),
+    /// so the state is consistent even when poisoned, and poisoning is ignored.
+    #[inline]
     pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A bucket of several limits never hands the word its state: nothing to seize.
@@ -127,6 +128,7 @@ impl Shared {
                 state.adopt(ledger);
             }
         }
+        state.forget_seen(&self.unseen);
         Locked {
             fast: &self.fast,
             unseen: &self.unseen,
@@ -1038,12 +1040,12 @@ impl TokenBucket {
         waker: &Waker,
         now: u64,
     ) -> Result<Option<WaiterId>, TakeError> {
-        // The instant the fast path was asked at: reading the clock again (it costs a
-        // quarter of what queueing a waiter does) would change nothing but the cost.
-        let mut at = now;
+        // The instant the fast path was asked at, also after the timer check: reading the
+        // clock again (it costs a quarter of what queueing a waiter does) would change
+        // nothing but the cost.
         let mut timer_checked = false;
         loop {
-            let begun = self.update_at(at, |state, now| {
+            let begun = self.update_at(now, |state, now| {
                 if state.admit(request, now)? == Admission::Granted {
                     return Ok(Begun::Granted);
                 }
@@ -1054,7 +1056,14 @@ impl TokenBucket {
                     return Err(TakeError::NoRuntime);
                 }
                 if in_runtime && !timer_checked {
-                    return Ok(Begun::MustCheckTimer);
+                    if state.has_wakers() {
+                        // Serving decided others' outcomes: panicking under the lock
+                        // would lose them.
+                        return Ok(Begun::MustCheckTimer);
+                    }
+                    // Nothing was decided yet, so a panic here leaves the state as it
+                    // was; checking outside the lock would cost a second round.
+                    clock::require_timer_in_runtime();
                 }
                 refill::ensure_running(&self.shared, state)?;
                 Ok(Begun::Queued(state.enqueue(request, waker.clone())))
@@ -1067,7 +1076,6 @@ impl TokenBucket {
                     // other waiters. Then decide again, as the bucket may have moved on.
                     clock::require_timer();
                     timer_checked = true;
-                    at = self.shared.clock.now();
                 }
             }
         }

@@ -85,10 +85,15 @@ impl Ledger {
     /// reaches `capacity` only at `now` keeps what that last nanosecond added beyond it, for
     /// the grants due at `now` (see the cap in `limits.rs`); the caller caps once they are
     /// made. An earlier `now` changes nothing.
+    #[inline]
     pub(crate) fn advance_capped(&mut self, now: u64, rate: Rate, capacity: u64) {
-        if now <= self.last {
-            return;
+        // Checked here, inlined: serving often ends at the instant of its last grant.
+        if now > self.last {
+            self.accrue_capped(now, rate, capacity);
         }
+    }
+
+    fn accrue_capped(&mut self, now: u64, rate: Rate, capacity: u64) {
         self.advance(now, rate);
         if self.tokens >= capacity {
             // Parts above a full bucket now; one nanosecond added `amount` of them.

@@ -281,10 +281,20 @@ impl WaiterQueue {
 
     /// Removes a live request from the counts; empties the queue of tombstones once no
     /// live waiter is left, so abandoned entries never outlive a busy period.
+    #[inline]
     fn forget(&mut self, request: Request) {
         self.live -= 1;
         self.live_tokens -= u128::from(request.tokens);
         self.live_consumption -= u128::from(request.consumes());
+        // The counts inline, every grant takes them; the tidying out of line.
+        if self.live == 0 || self.deadlines.len() > 2 * self.live + COMPACTION_SLACK {
+            self.tidy();
+        }
+    }
+
+    /// Drops the tombstones once nobody is queued, or the deadlines of waiters gone once
+    /// they outnumber the live ones.
+    fn tidy(&mut self) {
         if self.live == 0 {
             self.entries.clear();
             self.tombstones = 0;

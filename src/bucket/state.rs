@@ -738,6 +738,17 @@ impl State {
         }
     }
 
+    /// Called as the lock is taken: forgets the record of unseen grants when every one
+    /// has been read since the last holder settled, as settling does when none is left.
+    /// A queue served a grant at a time, each read before the next, then records no
+    /// headroom before each take and holds one grant, not a thousand.
+    #[inline]
+    pub(crate) fn forget_seen(&mut self, unseen: &Unseen) {
+        if self.limits.unseen_active() && unseen.all_seen() {
+            self.limits.forget_unseen();
+        }
+    }
+
     /// The next instant something is due: the head's tokens accrue or its deadline
     /// passes. `NEVER` while nobody waits.
     #[inline]

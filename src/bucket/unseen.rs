@@ -73,6 +73,13 @@ impl Unseen {
         self.0.fetch_sub(2, AcqRel) == 2
     }
 
+    /// Whether every grant delivered has been read, as the lock's holder finds it: only
+    /// the lock's holder adds to the count, so none is delivered meanwhile.
+    #[inline]
+    pub(crate) fn all_seen(&self) -> bool {
+        self.0.load(Acquire) >> 1 == 0
+    }
+
     /// Called by the lock's holder as it releases the lock: adds `change` (grants decided
     /// less grants settled under the lock, modulo 2^64) and says whether anyone is queued.
     /// Returns `true` when no grant is left unseen.
