@@ -61,10 +61,8 @@ impl Turnstile {
     /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
     /// and walks the whole line: for refusals while waiters are in line, not for the fast
     /// path.
-    pub(crate) fn for_each_in_line(&self, mut visit: impl FnMut(u64)) {
-        for place in &self.line().places {
-            visit(place.permits);
-        }
+    pub(crate) fn for_each_in_line(&self, visit: impl FnMut(u64)) {
+        self.line().permits().for_each(visit);
     }
 
     /// The record of the line, held: while it is, nobody joins. A composite holds it for
@@ -231,6 +229,14 @@ impl Drop for Head<'_> {
 pub(crate) struct Line {
     places: VecDeque<Place>,
     next_ticket: u64,
+}
+
+impl Line {
+    /// The permits of each waiter in line, the head first: for a caller already holding
+    /// the line, which [`Turnstile::for_each_in_line`] would lock again.
+    pub(crate) fn permits(&self) -> impl Iterator<Item = u64> + '_ {
+        self.places.iter().map(|place| place.permits)
+    }
 }
 
 #[derive(Debug)]
