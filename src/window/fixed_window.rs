@@ -826,7 +826,7 @@ impl Packing {
 /// composite seizes it and nobody joins the line meanwhile; released when dropped.
 struct HeldFixed<'a> {
     shared: &'a Shared,
-    line: std::sync::MutexGuard<'a, Line>,
+    line: crate::sync::MutexGuard<'a, Line>,
     /// The decision's instant on this limiter's clock.
     now: u64,
 }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::task::{Context, Poll};
 
@@ -15,6 +15,7 @@ use tokio::sync::{Mutex, MutexGuard, Notify};
 
 use crate::clock::{self, Clock};
 use crate::error::AcquireError;
+use crate::sync::AtomicUsize;
 
 /// The line of waiters of one window limiter.
 ///
@@ -33,7 +34,8 @@ pub(crate) struct Turnstile {
     waiters: AtomicUsize,
     /// Each waiter's request, in the order of the line: a request must fit whole in a
     /// window, so a `retry_after` behind the line needs the sizes, not only their sum.
-    line: std::sync::Mutex<Line>,
+    /// Loom's lock under `--cfg loom`, as a composite takes it beside the buckets'.
+    line: crate::sync::Mutex<Line>,
     /// Woken by refunds, which may let the head in before its computed instant.
     refunded: Notify,
 }
@@ -67,7 +69,7 @@ impl Turnstile {
 
     /// The record of the line, held: while it is, nobody joins. A composite holds it for
     /// every window it joins, so that it joins all of them at once (see `composite/`).
-    pub(crate) fn line(&self) -> std::sync::MutexGuard<'_, Line> {
+    pub(crate) fn line(&self) -> crate::sync::MutexGuard<'_, Line> {
         // Nothing panics while holding it, so a poisoned line is still consistent.
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
