@@ -228,6 +228,41 @@ async fn a_dropped_composite_gives_back_its_places_and_counts_nothing() {
     assert_eq!(global.available(), 1);
 }
 
+/// A composite waiting on a window member, dropped, gives back its place in the window's
+/// line and in the bucket's and counts nothing in either: the plain waiter behind it in
+/// the window's line takes the next window it would have filled, at its first instant,
+/// and the bucket, whose line it held, serves a plain try at once.
+#[tokio::test(start_paused = true)]
+async fn a_composite_dropped_while_it_waits_on_a_window_gives_back_its_places() {
+    let bucket = bucket(Rate::per_second(10), 5, 5);
+    let window = FixedWindow::new(2, secs(1)).unwrap();
+    window.try_acquire(2).unwrap();
+    let both = all((&bucket, &window)).unwrap();
+    let start = Instant::now();
+    let mut waiting = Box::pin(both.acquire(2));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    let plain = common::spawn_acquire(&window, 2);
+    yield_until(|| window.queued_permits() == 4).await;
+    tokio::time::advance(ms(600)).await;
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    // At the head of the bucket's line, the composite holds it though the bucket has 5.
+    assert!(bucket.try_take(1).is_err());
+    drop(waiting);
+    assert_eq!(bucket.stats().queued, 0);
+    bucket.try_take(1).unwrap();
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.available), (1, 4));
+    let plain = tokio::time::timeout(secs(2), plain).await;
+    let (result, at) = plain
+        .expect("the waiter behind it never got the line")
+        .unwrap();
+    result.unwrap();
+    assert_eq!(at - start, secs(1));
+    // The window counted the plain waiter's 2 in its second window, and nothing else.
+    assert_eq!((window.available(), window.queued_permits()), (0, 0));
+    assert_eq!(bucket.stats().taken, 1);
+}
+
 /// The cost of holding lines: a composite at the head of the user's line holds it while
 /// it waits for the global bucket, so the user's other requests wait with it.
 #[tokio::test(start_paused = true)]
