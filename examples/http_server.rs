@@ -172,6 +172,11 @@ impl Limits {
             .map_or(self.client_limit, |limiter| limiter.available())
     }
 
+    /// Requests the whole server may still admit now: what its bucket holds.
+    pub fn server_remaining(&self) -> u64 {
+        self.server.available()
+    }
+
     /// Clients held in memory now: those with permits counted in their window. Never
     /// more than [`max_clients`](Limits::max_clients).
     pub fn clients_held(&self) -> usize {

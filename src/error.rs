@@ -162,6 +162,10 @@ fn exceeds_capacity(f: &mut fmt::Formatter<'_>, requested: u64, capacity: u64) -
 ///     ConfigError::InitialExceedsCapacity { initial: 4, capacity: 3 },
 /// );
 /// assert_eq!(TokenBucket::builder().capacity(3).build().unwrap_err(), ConfigError::MissingRate);
+/// assert_eq!(
+///     TokenBucket::builder().rate(Rate::per_second(5)).limit(Rate::per_hour(100), 0).build().unwrap_err(),
+///     ConfigError::ZeroCapacityInLimit { limit: 1 },
+/// );
 /// let bucket = TokenBucket::new(Rate::per_second(5), 3)?;
 /// assert_eq!(
 ///     bucket.set_limit_rate(1, Rate::per_hour(100)).unwrap_err(),
@@ -176,6 +180,23 @@ pub enum ConfigError {
     ZeroRate,
     /// The capacity is zero, so no request could ever be served.
     ZeroCapacity,
+    /// A limit added with [`limit`](crate::Builder::limit) has a rate with a zero amount
+    /// or a zero period, so it would never gain a token. Limits are numbered from 0, the
+    /// one [`rate`](crate::Builder::rate) set (whose zero rate is
+    /// [`ZeroRate`](ConfigError::ZeroRate)); the added ones from 1, in the order added.
+    ZeroRateInLimit {
+        /// The limit's number: 1 for the first added.
+        limit: usize,
+        /// The rate it was given.
+        rate: crate::rate::Rate,
+    },
+    /// A limit added with [`limit`](crate::Builder::limit) has a capacity of zero, so no
+    /// request could ever be served. Numbered as in
+    /// [`ZeroRateInLimit`](ConfigError::ZeroRateInLimit).
+    ZeroCapacityInLimit {
+        /// The limit's number: 1 for the first added.
+        limit: usize,
+    },
     /// The bucket would start with more tokens than it can hold.
     InitialExceedsCapacity {
         /// The initial tokens asked for.
@@ -291,6 +312,15 @@ impl fmt::Display for ConfigError {
                 "the rate is zero: it needs at least one token per period, and a period longer than zero",
             ),
             ConfigError::ZeroCapacity => f.write_str("the capacity is zero: it must be at least 1"),
+            ConfigError::ZeroRateInLimit { limit, rate } => write!(
+                f,
+                "limit {limit}'s rate, {rate}, is zero: it needs at least one token per period, \
+                 and a period longer than zero"
+            ),
+            ConfigError::ZeroCapacityInLimit { limit } => write!(
+                f,
+                "limit {limit}'s capacity is zero: it must be at least 1"
+            ),
             ConfigError::InitialExceedsCapacity { initial, capacity } => write!(
                 f,
                 "the initial tokens ({initial}) exceed the capacity ({capacity})"

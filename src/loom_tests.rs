@@ -6,7 +6,9 @@
 //! `RUSTFLAGS="--cfg loom" cargo test --lib --release loom_`. Under `--cfg loom` the lock
 //! and the atomics are loom's (see `sync/mod.rs`), the clock stands
 //! still at what each test sets, and there is no tokio runtime: a modelled thread calling
-//! the refill task's own `serve_and_plan` plays the refill task.
+//! the refill task's own `serve_and_plan` plays the refill task, and a composite's
+//! `acquire` that would sleep stays pending until its test moves the clock and polls it
+//! again.
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -719,5 +721,189 @@ fn loom_a_composite_over_fixed_windows_and_a_lock_free_try_never_both_win() {
         assert!(!(composite && plain), "both admitted into a window of 1");
         assert_eq!(first.available(), 1 - u64::from(composite || plain));
         assert_eq!(second.available(), 1 - u64::from(composite));
+    });
+}
+
+// ----- Composites: the waiting path ----------------------------------------------------
+
+/// A fixed window of `limit` permits that does not turn over while a model runs.
+fn long_window(limit: u64) -> FixedWindow {
+    FixedWindow::new(limit, Duration::from_secs(10)).unwrap()
+}
+
+/// Runs `work` on a new modelled thread with clones of the bucket and the window.
+fn on_thread_with<T: Send + 'static>(
+    bucket: &TokenBucket,
+    window: &FixedWindow,
+    work: impl FnOnce(&TokenBucket, &FixedWindow) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let (bucket, window) = (bucket.clone(), window.clone());
+    thread::spawn(move || work(&bucket, &window))
+}
+
+/// With nobody left in either line: `bucket` took `taken` and holds `holds`, and
+/// `window` admits `admits` more.
+#[track_caller]
+fn assert_settled(bucket: &TokenBucket, taken: u64, holds: u64, window: &FixedWindow, admits: u64) {
+    let stats = bucket.stats();
+    assert_eq!(
+        (stats.taken, stats.available, stats.queued),
+        (taken, holds, 0)
+    );
+    assert_eq!((window.available(), window.queued_permits()), (admits, 0));
+}
+
+/// `composite.acquire(1)` on this thread: polled once at whatever instant the model is
+/// at, which joins every line when it must wait; then, with the clock at `at`, polled
+/// to the end, woken by whoever stands ahead of it in a line when that one leaves.
+fn acquire_one_by(composite: &crate::All<impl crate::Members + Sync>, at: u64) {
+    let mut acquire = Box::pin(composite.acquire(1));
+    let first = acquire
+        .as_mut()
+        .poll(&mut Context::from_waker(noop_waker_ref()));
+    set_time(at);
+    let result = match first {
+        Poll::Ready(result) => result,
+        Poll::Pending => block_on_untracked_waker(acquire),
+    };
+    assert_eq!(result, Ok(()));
+}
+
+/// Drives `future` to its end on this thread, parked between polls until woken, as
+/// `loom::future::block_on` does, with a waker whose clone and drop are not loom steps:
+/// tokio's lock, which heads a window's line, clones its waiter's waker under a lock of
+/// its own, a std one, and a loom step there would let another modelled thread block on
+/// it, and with it the one OS thread every modelled thread runs on.
+fn block_on_untracked_waker<F: Future>(future: F) -> F::Output {
+    struct Unpark(loom::sync::Notify);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.notify();
+        }
+    }
+    let unpark = Arc::new(Unpark(loom::sync::Notify::new()));
+    let waker = std::task::Waker::from(Arc::clone(&unpark));
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
+            return output;
+        }
+        unpark.0.wait();
+    }
+}
+
+/// Two composites over a bucket and a fixed window, given in opposite orders, both wait
+/// (the bucket is empty at 0) and race to join their lines. Each joins both lines at
+/// once, under the members' locks taken in one global order (the bucket's lock, then
+/// the window's line), so they stand in the same order in both lines: the one ahead
+/// decides once the clock has moved, the other is woken when it leaves. Joining one line
+/// and then the other would let each head one line and wait for the other for ever,
+/// which loom reports as a deadlock.
+#[test]
+fn loom_waiting_composites_in_opposite_orders_join_both_lines_in_one_order() {
+    model(|| {
+        let bucket = bucket(2, 0);
+        let window = long_window(2);
+        let backward = on_thread_with(&bucket, &window, |bucket, window| {
+            acquire_one_by(&crate::all((window, bucket)).unwrap(), 2 * SECOND);
+        });
+        acquire_one_by(&crate::all((&bucket, &window)).unwrap(), 2 * SECOND);
+        backward.join().unwrap();
+        assert_settled(&bucket, 2, 0, &window, 0);
+    });
+}
+
+/// `composite.acquire(1)` polled once at 0, where it must wait (so it joins every
+/// line), then once more with the clock at `at`, then dropped: whether it was admitted.
+fn acquire_one_polled_at_0_and_at(
+    composite: &crate::All<impl crate::Members + Sync>,
+    at: u64,
+) -> bool {
+    let mut acquire = Box::pin(composite.acquire(1));
+    let mut cx = Context::from_waker(noop_waker_ref());
+    assert!(
+        acquire.as_mut().poll(&mut cx).is_pending(),
+        "it must wait at 0"
+    );
+    set_time(at);
+    match acquire.as_mut().poll(&mut cx) {
+        Poll::Ready(result) => {
+            assert_eq!(result, Ok(()));
+            true
+        }
+        Poll::Pending => false,
+    }
+}
+
+/// A composite over an empty bucket and a window of one permit joins both lines at 0,
+/// and at 1 s, when the bucket has its token, decides, then gives up if it was not
+/// admitted. A plain `try_acquire` on the window races it for the window's permit: the
+/// plain try wins only before the composite stands in the window's line and before it
+/// seizes the window's word to decide, and then the composite is not admitted, counts
+/// nothing and gives its place in the bucket back. Never both, never neither.
+#[test]
+fn loom_a_plain_try_on_a_window_racing_a_waiting_composite_never_shares_its_permit() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let window = long_window(1);
+        let plain = on_thread_with(&bucket, &window, |_, window| window.try_acquire(1).is_ok());
+        let composite = crate::all((&bucket, &window)).unwrap();
+        let admitted = acquire_one_polled_at_0_and_at(&composite, SECOND);
+        let plain = plain.join().unwrap();
+        assert!(admitted != plain, "the window's one permit, once");
+        let taken = u64::from(admitted);
+        assert_settled(&bucket, taken, 1 - taken, &window, 0);
+    });
+}
+
+/// A composite over an empty bucket and a window with room joins both lines at 0, and
+/// at 1 s, when the bucket has its token, is admitted. A plain `try_take` on the bucket
+/// races it: at 0 the bucket is empty, and at 1 s the composite's place stands ahead of
+/// it, or the composite has the token, so the plain try never gets it.
+#[test]
+fn loom_a_plain_try_on_a_bucket_never_passes_a_waiting_composite() {
+    model(|| {
+        let bucket = bucket(1, 0);
+        let window = long_window(1);
+        let plain = on_thread(&bucket, |bucket| bucket.try_take(1).is_ok());
+        let composite = crate::all((&bucket, &window)).unwrap();
+        assert!(acquire_one_polled_at_0_and_at(&composite, SECOND));
+        assert!(!plain.join().unwrap(), "the plain try passed the composite");
+        assert_settled(&bucket, 1, 0, &window, 0);
+    });
+}
+
+/// A composite waits in a bucket's line between two plain waiters, and heads a window's
+/// line. At 2 s the bucket holds both waiters' tokens: the refill task grants the one
+/// ahead and hands the head to the composite's place, racing the composite's drop, and
+/// then a plain `try_acquire` on the window races that drop too. Whichever comes first,
+/// the composite counts nothing anywhere, the waiter behind it moves up and is granted,
+/// and the window's line is left empty: the plain try is admitted unless the
+/// composite's place still stood in it.
+#[test]
+fn loom_a_waiting_composite_dropped_as_the_bucket_hands_it_the_head_gives_its_places_back() {
+    model(|| {
+        let bucket = bucket(2, 0);
+        let window = long_window(1);
+        let ahead = queue(&bucket, take(1));
+        let composite = crate::all((&bucket, &window)).unwrap();
+        let mut acquire = Box::pin(composite.acquire(1));
+        let polled = acquire
+            .as_mut()
+            .poll(&mut Context::from_waker(noop_waker_ref()));
+        assert!(polled.is_pending(), "a waiter is ahead of it");
+        let behind = queue(&bucket, take(1));
+        set_time(2 * SECOND);
+        let refill = on_thread_with(&bucket, &window, |bucket, window| {
+            refill_wakes(bucket);
+            window.try_acquire(1).is_ok()
+        });
+        drop(acquire);
+        let plain_window = refill.join().unwrap();
+        assert_eq!(outcome_of(&bucket, ahead), Outcome::Granted);
+        assert_eq!(outcome_of(&bucket, behind), Outcome::Granted);
+        assert_settled(&bucket, 2, 0, &window, 1 - u64::from(plain_window));
+        // Its place is gone: a try now finds the line empty.
+        assert_eq!(window.try_acquire(1).is_ok(), !plain_window);
     });
 }

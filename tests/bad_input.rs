@@ -183,7 +183,7 @@ fn initial_above_any_limit_capacity_is_refused_naming_the_smallest() {
 }
 
 #[test]
-fn a_zero_rate_or_capacity_in_a_further_limit_is_refused() {
+fn a_zero_rate_or_capacity_in_an_added_limit_is_refused_naming_the_limit() {
     let with_limit = |rate, capacity| {
         TokenBucket::builder()
             .rate(Rate::per_second(10))
@@ -196,17 +196,39 @@ fn a_zero_rate_or_capacity_in_a_further_limit_is_refused() {
         Rate::new(5, Duration::ZERO),
         Rate::every(Duration::ZERO),
     ] {
-        assert_eq!(
-            with_limit(rate, 5).unwrap_err(),
-            ConfigError::ZeroRate,
-            "{rate}"
+        let error = with_limit(rate, 5).unwrap_err();
+        assert_eq!(error, ConfigError::ZeroRateInLimit { limit: 1, rate });
+        let text = error.to_string();
+        assert!(
+            text.contains("limit 1") && text.contains(&rate.to_string()),
+            "{text}"
         );
     }
-    assert_eq!(
-        with_limit(Rate::per_hour(100), 0).unwrap_err(),
-        ConfigError::ZeroCapacity
+    let error = with_limit(Rate::per_hour(100), 0).unwrap_err();
+    assert_eq!(error, ConfigError::ZeroCapacityInLimit { limit: 1 });
+    let text = error.to_string();
+    assert!(
+        text.contains("limit 1") && text.contains("capacity"),
+        "{text}"
     );
-    // Changing a further limit to zero is refused too, and changes nothing.
+    // Limits are numbered in the order added: the fault is in the third, limit 2.
+    let third_at_fault = TokenBucket::builder()
+        .rate(Rate::per_second(10))
+        .limit(Rate::per_minute(100), 100)
+        .limit(Rate::per_hour(1_000), 0)
+        .build();
+    assert_eq!(
+        third_at_fault.unwrap_err(),
+        ConfigError::ZeroCapacityInLimit { limit: 2 }
+    );
+    // The first limit's are as they always were, and come first.
+    let both_at_fault = TokenBucket::builder()
+        .rate(Rate::per_second(0))
+        .limit(Rate::per_hour(0), 0)
+        .build();
+    assert_eq!(both_at_fault.unwrap_err(), ConfigError::ZeroRate);
+    // Changing an added limit to zero is refused too, and changes nothing: the call
+    // names the limit already, so its errors are the first limit's.
     let bucket = with_limit(Rate::per_hour(100), 5).unwrap();
     assert_eq!(
         bucket.set_limit_rate(1, Rate::per_hour(0)),

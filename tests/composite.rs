@@ -228,6 +228,41 @@ async fn a_dropped_composite_gives_back_its_places_and_counts_nothing() {
     assert_eq!(global.available(), 1);
 }
 
+/// A composite waiting on a window member, dropped, gives back its place in the window's
+/// line and in the bucket's and counts nothing in either: the plain waiter behind it in
+/// the window's line takes the next window it would have filled, at its first instant,
+/// and the bucket, whose line it held, serves a plain try at once.
+#[tokio::test(start_paused = true)]
+async fn a_composite_dropped_while_it_waits_on_a_window_gives_back_its_places() {
+    let bucket = bucket(Rate::per_second(10), 5, 5);
+    let window = FixedWindow::new(2, secs(1)).unwrap();
+    window.try_acquire(2).unwrap();
+    let both = all((&bucket, &window)).unwrap();
+    let start = Instant::now();
+    let mut waiting = Box::pin(both.acquire(2));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    let plain = common::spawn_acquire(&window, 2);
+    yield_until(|| window.queued_permits() == 4).await;
+    tokio::time::advance(ms(600)).await;
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    // At the head of the bucket's line, the composite holds it though the bucket has 5.
+    assert!(bucket.try_take(1).is_err());
+    drop(waiting);
+    assert_eq!(bucket.stats().queued, 0);
+    bucket.try_take(1).unwrap();
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.available), (1, 4));
+    let plain = tokio::time::timeout(secs(2), plain).await;
+    let (result, at) = plain
+        .expect("the waiter behind it never got the line")
+        .unwrap();
+    result.unwrap();
+    assert_eq!(at - start, secs(1));
+    // The window counted the plain waiter's 2 in its second window, and nothing else.
+    assert_eq!((window.available(), window.queued_permits()), (0, 0));
+    assert_eq!(bucket.stats().taken, 1);
+}
+
 /// The cost of holding lines: a composite at the head of the user's line holds it while
 /// it waits for the global bucket, so the user's other requests wait with it.
 #[tokio::test(start_paused = true)]
@@ -520,6 +555,54 @@ async fn a_fixed_window_member_admits_in_the_next_window_and_keeps_its_line() {
     result.unwrap();
     assert_eq!(at - start, secs(2));
     assert_eq!(bucket.stats().taken, 2);
+}
+
+/// Runs `decide` on a thread of its own inside this runtime (its clock, paused or not),
+/// so that a deadlock fails the test after `patience` rather than hanging it. It ends
+/// the whole test process then: unwinding would drop limiters whose locks the
+/// deadlocked thread holds, and hang there.
+fn on_a_thread<T: Send + 'static>(
+    patience: Duration,
+    decide: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let runtime = tokio::runtime::Handle::current();
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _inside = runtime.enter();
+        let _ = answer.send(decide());
+    });
+    match answered.recv_timeout(patience) {
+        Ok(answer) => answer,
+        Err(_) => {
+            eprintln!("no answer in {patience:?}: deadlocked");
+            std::process::exit(101);
+        }
+    }
+}
+
+/// A composite's try over a fixed window with a waiter in its line is refused at once,
+/// with the wait behind that waiter. It once deadlocked: the window's line is locked
+/// while the composite decides, and the refusal's `retry_after` locked it again to walk
+/// the line. `acquire` tries first, so it hung the same way.
+#[tokio::test(start_paused = true)]
+async fn a_composite_over_a_fixed_window_with_a_waiter_in_line_is_refused_at_once() {
+    let bucket = bucket(Rate::per_second(10), 10, 10);
+    let window = FixedWindow::new(2, secs(1)).unwrap();
+    window.try_acquire(2).unwrap();
+    let start = Instant::now();
+    let waiter = common::spawn_acquire(&window, 2);
+    yield_until(|| window.queued_permits() == 2).await;
+    tokio::time::advance(ms(250)).await;
+    let (members, patience) = ((bucket.clone(), window.clone()), secs(10));
+    let refused = on_a_thread(patience, move || all(members).unwrap().try_acquire(1));
+    // The waiter fills the next window (from 1 s); one more fits in the one after, at 2 s.
+    assert_eq!(limited(refused), ms(1_750));
+    let composite = spawn_both(&bucket, &window, 1);
+    let (result, at) = waiter.await.unwrap();
+    result.unwrap();
+    common::assert_at(start, at, secs(1));
+    assert_eq!(composite.await.unwrap(), (Ok(()), ms(1_750)));
+    assert_eq!(bucket.stats().taken, 1);
 }
 
 /// Real threads: composites over two fixed windows race plain `try_acquire`s on each.

@@ -102,24 +102,31 @@ async fn the_server_wide_bucket_refuses_and_the_client_is_not_counted() {
     assert_eq!(header(headers, "ratelimit-remaining"), Some(8));
 }
 
-/// Eight clients at once, each on its own connection from its own address, through a
-/// server whose budget is smaller than what their own limits allow: the server admits
-/// exactly its budget, and each client's window counts exactly the requests it was
-/// admitted, none of those the server refused.
+/// Eight clients at once, each on its own connection from its own address: seven within
+/// their limit, and one asking for twice its own. The server's budget is what their own
+/// limits allow, and one more: its own limit alone refuses the eighth client (the
+/// server would still have admitted), each request admitted is counted once by its
+/// client and once by the server, a refused one by neither, and the server then admits
+/// exactly the one it has left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_concurrent_clients_are_counted_once_and_the_server_limit_holds_exactly() {
     const CLIENT_LIMIT: u64 = 10;
-    const SERVER_BUDGET: u64 = 40;
-    let per_client = SlidingLog::new(CLIENT_LIMIT, Duration::from_secs(3600)).unwrap();
-    // 40 an hour, all there at the start: none comes back while the test runs.
-    let server = TokenBucket::new(Rate::per_hour(SERVER_BUDGET), SERVER_BUDGET).unwrap();
+    const WITHIN: u64 = 7;
+    const SPARE: u64 = 1;
+    const SERVER_BUDGET: u64 = 7 * WITHIN + CLIENT_LIMIT + SPARE;
+    let client_window = Duration::from_secs(3600);
+    let per_client = SlidingLog::new(CLIENT_LIMIT, client_window).unwrap();
+    // All there at the start, and the next one a year away divided by 60, about 6 days:
+    // none comes back while the test runs, and a `Retry-After` of the server's is days.
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let server_rate = Rate::new(SERVER_BUDGET, year);
+    let server = TokenBucket::new(server_rate, SERVER_BUDGET).unwrap();
     let limits = Arc::new(Limits::new(per_client, 100, server).unwrap());
     let address = start(Arc::clone(&limits)).await;
-    // Seven clients within their limit, one asking for twice its limit: their own limits
-    // allow 7 × 7 + 10 = 59 requests, more than the server's 40.
+    let over = client(18);
     let asks: Vec<(IpAddr, u64)> = (11..=17)
-        .map(|octet| (client(octet), 7))
-        .chain([(client(18), 2 * CLIENT_LIMIT)])
+        .map(|octet| (client(octet), WITHIN))
+        .chain([(over, 2 * CLIENT_LIMIT)])
         .collect();
     let sent = asks
         .iter()
@@ -129,29 +136,56 @@ async fn eight_concurrent_clients_are_counted_once_and_the_server_limit_holds_ex
     let mut admitted_in_all = 0;
     for (&(from, asked), answers) in asks.iter().zip(answers) {
         let answers = answers.unwrap();
-        let count = |wanted: StatusCode| {
-            let answered = answers.iter().filter(|(status, _)| *status == wanted);
-            answered.count() as u64
-        };
-        let admitted = count(StatusCode::OK);
-        assert_eq!(
-            admitted + count(StatusCode::TOO_MANY_REQUESTS),
-            asked,
-            "{from}"
-        );
-        assert!(
-            admitted <= CLIENT_LIMIT,
-            "{from} was admitted {admitted} times"
-        );
+        let admitted = asked.min(CLIENT_LIMIT);
+        // In order: each client's requests go one after another on its connection.
+        for (number, (status, headers)) in answers.iter().enumerate() {
+            let number = number as u64;
+            if number < admitted {
+                assert_eq!(*status, StatusCode::OK, "{from}, request {number}");
+                let remaining = header(headers, "ratelimit-remaining");
+                assert_eq!(remaining, Some(CLIENT_LIMIT - 1 - number), "{from}");
+                continue;
+            }
+            // Only the client over its limit gets here, refused by its own limit: its
+            // window's first request leaves in an hour, while the server's next token is
+            // days away, so a refusal by the server would say days.
+            assert_eq!(from, over);
+            assert_eq!(
+                *status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{from}, request {number}"
+            );
+            assert_eq!(header(headers, "ratelimit-remaining"), Some(0));
+            let retry_after = header(headers, "retry-after").expect("a Retry-After header");
+            assert!(
+                (3000..=client_window.as_secs()).contains(&retry_after),
+                "Retry-After: {retry_after}"
+            );
+        }
+        assert_eq!(answers.len() as u64, asked, "{from}");
         // Counted once: its window holds what it was admitted and nothing else.
         assert_eq!(limits.remaining(from), CLIENT_LIMIT - admitted, "{from}");
         admitted_in_all += admitted;
     }
-    assert_eq!(admitted_in_all, SERVER_BUDGET);
-    // And the budget is spent: a fresh client is refused by the server.
-    let late = send_requests(address, client(19), 1).await.unwrap();
-    assert_eq!(late[0].0, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(limits.remaining(client(19)), CLIENT_LIMIT);
+    assert_eq!(admitted_in_all, 7 * WITHIN + CLIENT_LIMIT);
+    // The server counted each admitted request once and none of the ten its client's own
+    // limit refused: exactly the spare is left.
+    assert_eq!(limits.server_remaining(), SERVER_BUDGET - admitted_in_all);
+    assert_eq!(limits.server_remaining(), SPARE);
+
+    // The server's limit holds exactly: a new client gets the spare, then the server
+    // refuses it (a wait of days), and its own window counts only the one admitted.
+    let late = send_requests(address, client(19), 2).await.unwrap();
+    assert_eq!(late[0].0, StatusCode::OK);
+    assert_eq!(late[1].0, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after = header(&late[1].1, "retry-after").expect("a Retry-After header");
+    let server_period = (year / SERVER_BUDGET as u32).as_secs();
+    assert!(
+        (server_period - 600..=server_period).contains(&retry_after),
+        "Retry-After: {retry_after}"
+    );
+    assert_eq!(limits.remaining(client(19)), CLIENT_LIMIT - 1);
+    assert_eq!(limits.server_remaining(), 0);
 }
 
 #[test]

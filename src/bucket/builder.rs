@@ -78,7 +78,8 @@ impl Builder {
     /// holds one limit (see the crate's `docs/bucket.md`).
     ///
     /// A zero rate or capacity here is refused by [`build`](Builder::build), with
-    /// [`ConfigError::ZeroRate`] or [`ConfigError::ZeroCapacity`].
+    /// [`ConfigError::ZeroRateInLimit`] or [`ConfigError::ZeroCapacityInLimit`], which
+    /// name the limit by its number.
     ///
     /// ```
     /// use std::time::Duration;
@@ -151,7 +152,10 @@ impl Builder {
     /// # Errors
     ///
     /// [`ConfigError::MissingRate`] without a rate; [`ConfigError::ZeroRate`] and
-    /// [`ConfigError::ZeroCapacity`] for any limit's; and
+    /// [`ConfigError::ZeroCapacity`] for the first limit's (from `rate` and `capacity`),
+    /// [`ConfigError::ZeroRateInLimit`] and [`ConfigError::ZeroCapacityInLimit`] for an
+    /// added limit's, naming it (the first limit's errors come first, then each added
+    /// limit's in order, its rate before its capacity); and
     /// [`ConfigError::InitialExceedsCapacity`] when `initial` is above a capacity, naming
     /// the smallest.
     ///
@@ -161,7 +165,10 @@ impl Builder {
     /// let error = TokenBucket::builder().rate(Rate::per_second(1)).capacity(2).initial(3).build();
     /// assert_eq!(error.unwrap_err(), ConfigError::InitialExceedsCapacity { initial: 3, capacity: 2 });
     /// let error = TokenBucket::builder().rate(Rate::per_second(1)).limit(Rate::per_hour(0), 9).build();
-    /// assert_eq!(error.unwrap_err(), ConfigError::ZeroRate);
+    /// assert_eq!(
+    ///     error.unwrap_err(),
+    ///     ConfigError::ZeroRateInLimit { limit: 1, rate: Rate::per_hour(0) }
+    /// );
     /// ```
     pub fn build(&self) -> Result<TokenBucket, ConfigError> {
         let rate = self.rate.ok_or(ConfigError::MissingRate)?;

@@ -47,9 +47,12 @@ impl Settings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let limits =
             || std::iter::once((self.rate, self.capacity)).chain(self.more.iter().copied());
-        for (rate, capacity) in limits() {
-            check_rate(rate)?;
-            check_capacity(capacity)?;
+        check_rate(self.rate)?;
+        check_capacity(self.capacity)?;
+        // An added limit's errors name it, since the caller gave several.
+        for (limit, &(rate, capacity)) in (1..).zip(&self.more) {
+            check_rate(rate).map_err(|_| ConfigError::ZeroRateInLimit { limit, rate })?;
+            check_capacity(capacity).map_err(|_| ConfigError::ZeroCapacityInLimit { limit })?;
         }
         let smallest = limits().map(|(_, capacity)| capacity).min();
         if let (Some(initial), Some(capacity)) = (self.initial, smallest) {

@@ -300,7 +300,7 @@ impl Shared {
         let current = self.layout.read(word, now / self.window_nanos);
         let count = current.count + permits;
         if count > self.limit {
-            return Err(self.retry_after(now, current, permits, false));
+            return Err(self.retry_after(now, current, permits, None));
         }
         if word & SEIZED != 0 {
             // A composite is deciding over this window (for nanoseconds): it is ahead, as
@@ -368,18 +368,23 @@ impl Shared {
     }
 
     /// How long from `now` until the start of the window in which `permits` fit, after
-    /// the `current` count and, `behind_line`, after every waiter in line. Each request
-    /// goes whole into the first window where it fits, in line order, as the line
-    /// admits them.
-    fn retry_after(&self, now: u64, current: Current, permits: u64, behind_line: bool) -> Duration {
+    /// the `current` count and after every waiter in `line`, if given (held by the
+    /// caller). Each request goes whole into the first window where it fits, in line
+    /// order, as the line admits them.
+    fn retry_after(
+        &self,
+        now: u64,
+        current: Current,
+        permits: u64,
+        line: Option<&Line>,
+    ) -> Duration {
         let mut windows = Packing {
             limit: self.limit,
             count: current.count,
             later: 0,
         };
-        if behind_line {
-            self.turnstile
-                .for_each_in_line(|waiting| windows.place(waiting));
+        if let Some(line) = line {
+            line.permits().for_each(|waiting| windows.place(waiting));
         }
         windows.place(permits);
         let window = u128::from(current.clock_window) + u128::from(current.ahead) + windows.later;
@@ -447,8 +452,9 @@ impl Limiter for FixedWindow {
             return Ok(());
         }
         if shared.turnstile.is_waiting() {
+            let line = shared.turnstile.line();
             let (now, current) = shared.current();
-            let retry_after = shared.retry_after(now, current, permits, true);
+            let retry_after = shared.retry_after(now, current, permits, Some(&line));
             return Err(TryAcquireError::Limited { retry_after });
         }
         shared
@@ -820,7 +826,7 @@ impl Packing {
 /// composite seizes it and nobody joins the line meanwhile; released when dropped.
 struct HeldFixed<'a> {
     shared: &'a Shared,
-    _line: std::sync::MutexGuard<'a, Line>,
+    line: crate::sync::MutexGuard<'a, Line>,
     /// The decision's instant on this limiter's clock.
     now: u64,
 }
@@ -854,7 +860,9 @@ impl WindowHeld for HeldFixed<'_> {
         if !waiting && current.count + permits <= shared.limit {
             return Ok(());
         }
-        let retry_after = shared.retry_after(self.now, current, permits, waiting);
+        // Walked through the guard held: locking the line again would deadlock.
+        let line = waiting.then_some(&*self.line);
+        let retry_after = shared.retry_after(self.now, current, permits, line);
         Err(TryAcquireError::Limited { retry_after })
     }
 
@@ -916,7 +924,7 @@ impl Window for FixedWindow {
         shared.state.fetch_or(SEIZED, Ordering::AcqRel);
         Box::new(HeldFixed {
             shared,
-            _line: line,
+            line,
             now: shared.clock.at(moment),
         })
     }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::task::{Context, Poll};
 
@@ -15,6 +15,7 @@ use tokio::sync::{Mutex, MutexGuard, Notify};
 
 use crate::clock::{self, Clock};
 use crate::error::AcquireError;
+use crate::sync::AtomicUsize;
 
 /// The line of waiters of one window limiter.
 ///
@@ -33,7 +34,8 @@ pub(crate) struct Turnstile {
     waiters: AtomicUsize,
     /// Each waiter's request, in the order of the line: a request must fit whole in a
     /// window, so a `retry_after` behind the line needs the sizes, not only their sum.
-    line: std::sync::Mutex<Line>,
+    /// Loom's lock under `--cfg loom`, as a composite takes it beside the buckets'.
+    line: crate::sync::Mutex<Line>,
     /// Woken by refunds, which may let the head in before its computed instant.
     refunded: Notify,
 }
@@ -61,15 +63,13 @@ impl Turnstile {
     /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
     /// and walks the whole line: for refusals while waiters are in line, not for the fast
     /// path.
-    pub(crate) fn for_each_in_line(&self, mut visit: impl FnMut(u64)) {
-        for place in &self.line().places {
-            visit(place.permits);
-        }
+    pub(crate) fn for_each_in_line(&self, visit: impl FnMut(u64)) {
+        self.line().permits().for_each(visit);
     }
 
     /// The record of the line, held: while it is, nobody joins. A composite holds it for
     /// every window it joins, so that it joins all of them at once (see `composite/`).
-    pub(crate) fn line(&self) -> std::sync::MutexGuard<'_, Line> {
+    pub(crate) fn line(&self) -> crate::sync::MutexGuard<'_, Line> {
         // Nothing panics while holding it, so a poisoned line is still consistent.
         self.line.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -231,6 +231,14 @@ impl Drop for Head<'_> {
 pub(crate) struct Line {
     places: VecDeque<Place>,
     next_ticket: u64,
+}
+
+impl Line {
+    /// The permits of each waiter in line, the head first: for a caller already holding
+    /// the line, which [`Turnstile::for_each_in_line`] would lock again.
+    pub(crate) fn permits(&self) -> impl Iterator<Item = u64> + '_ {
+        self.places.iter().map(|place| place.permits)
+    }
 }
 
 #[derive(Debug)]
