@@ -82,6 +82,16 @@
 //!   the clock once; the separate calls each take the lock-free fast path, and are not
 //!   one decision. The summary prints its own table, with the ratio.
 //!
+//! - `floors`: what the operations above are made of, on this machine, this run: one read
+//!   of tokio's clock, one uncontended compare-and-swap, one uncontended `fetch_add`, and
+//!   an `Arc` cloned and dropped. A `try_take` that takes on the fast path reads the clock
+//!   once, swaps the word once and adds to `Stats::taken` once; a `take(1).await` also
+//!   clones and drops its handle (its future is `'static`, so it owns one). governor's
+//!   `check()` reads the clock and swaps once, and its `until_ready` borrows. How much
+//!   an atomic read-modify-write costs differs several times between processors (2 to
+//!   9 ns on the machines this crate was measured on), so the ratios to governor move
+//!   with it; the summary prints these floors beside the main table.
+//!
 //! # Reading the ratios
 //!
 //! Divide our time by a peer's, within one group of one run: below 1 we are faster,
@@ -92,7 +102,8 @@
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::pin::pin;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -464,11 +475,44 @@ fn composite(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `floors` group's benchmarks, as the summary names them.
+const FLOORS_MEASURED: [(&str, &str); 4] = [
+    ("tokio-clock-read", "one read of tokio's clock"),
+    ("compare-and-swap", "one compare-and-swap, uncontended"),
+    ("fetch-add", "one `fetch_add`, uncontended"),
+    ("arc-clone-drop", "an `Arc` cloned and dropped"),
+];
+
+fn floors(c: &mut Criterion) {
+    let mut group = c.benchmark_group("floors");
+    group.bench_function(FLOORS_MEASURED[0].0, |b| {
+        b.iter(tokio::time::Instant::now);
+    });
+    let word = AtomicU64::new(0);
+    group.bench_function(FLOORS_MEASURED[1].0, |b| {
+        b.iter(|| {
+            let seen = black_box(&word).load(Ordering::Acquire);
+            let swapped =
+                word.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire);
+            granted(swapped.is_ok(), "compare-and-swap");
+        });
+    });
+    let counter = AtomicU64::new(0);
+    group.bench_function(FLOORS_MEASURED[2].0, |b| {
+        b.iter(|| black_box(&counter).fetch_add(1, Ordering::Relaxed));
+    });
+    let handle = Arc::new(0u64);
+    group.bench_function(FLOORS_MEASURED[3].0, |b| {
+        b.iter(|| drop(black_box(Arc::clone(black_box(&handle)))));
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     config = config();
-    targets = try_take_1_thread, try_take_2_threads, take_available, stream_throttle, several_limits,
-        composite
+    targets = floors, try_take_1_thread, try_take_2_threads, take_available, stream_throttle,
+        several_limits, composite
 }
 
 // ---------------------------------------------------------------------------------------
@@ -538,11 +582,31 @@ fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
     }
 }
 
+/// The `floors` table, if this run measured them.
+fn print_floors(home: &std::path::Path, since: std::time::SystemTime) {
+    let rows: Vec<_> = FLOORS_MEASURED
+        .iter()
+        .filter_map(|&(bench, what)| Some((what, nanoseconds(home, "floors", bench, 1, since)?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!("What the operations are made of on this machine, nanoseconds, this run:");
+    println!();
+    println!("| floor | ns |");
+    println!("|---|---|");
+    for (what, figure) in rows {
+        println!("| {what} | {figure:.1} |");
+    }
+}
+
 fn print_summary(since: std::time::SystemTime) {
     let Some(home) = criterion_home() else {
         eprintln!("summary: cannot tell where criterion keeps its figures");
         return;
     };
+    print_floors(&home, since);
     print_several_limits(&home, since);
     print_composite(&home, since);
     let mut rows = Vec::new();
