@@ -531,6 +531,15 @@ const GROUPS: [(&str, u64); 4] = [
 const COLUMNS: [&str; 4] = ["token-bucket", "governor", GOVERNOR_TOKIO, "leaky-bucket"];
 const FLOORS: [&str; 2] = ["tokio-clock-read", "unthrottled"];
 
+/// A table's title and its markdown header.
+fn print_heading(title: &str, columns: &[&str]) {
+    println!();
+    println!("{title}");
+    println!();
+    println!("| {} |", columns.join(" | "));
+    println!("|{}", "---|".repeat(columns.len()));
+}
+
 /// The `several_limits` table: one limit beside two, if this run measured them.
 fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     let figure = |bench: &str| nanoseconds(home, "several_limits", bench, 1, since);
@@ -541,11 +550,10 @@ fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     if rows.is_empty() {
         return;
     }
-    println!();
-    println!("Several limits, nanoseconds per operation with the tokens there, this run:");
-    println!();
-    println!("| operation | one limit | two limits | two ÷ one |");
-    println!("|---|---|---|---|");
+    print_heading(
+        "Several limits, nanoseconds per operation with the tokens there, this run:",
+        &["operation", "one limit", "two limits", "two ÷ one"],
+    );
     for (operation, one, two) in rows {
         println!("| {operation} | {one:.1} | {two:.1} | {:.2} |", two / one);
     }
@@ -563,13 +571,17 @@ fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
         return;
     }
     let governor = figure(GOVERNOR_TWICE);
-    println!();
-    println!(
-        "A composite of two buckets, nanoseconds per decision with the tokens there, this run:"
+    print_heading(
+        "A composite of two buckets, nanoseconds per decision with the tokens there, this run:",
+        &[
+            "operation",
+            "two separate calls",
+            "one composite",
+            "composite ÷ separate",
+            "governor, two checks",
+            "composite ÷ governor",
+        ],
     );
-    println!();
-    println!("| operation | two separate calls | one composite | composite ÷ separate | governor, two checks | composite ÷ governor |");
-    println!("|---|---|---|---|---|---|");
     for (index, (operation, twice, all)) in rows.into_iter().enumerate() {
         let (peer, peer_ratio) = match governor.filter(|_| index == 0) {
             Some(peer) => (format!("{peer:.1}"), format!("{:.2}", all / peer)),
@@ -591,11 +603,10 @@ fn print_floors(home: &std::path::Path, since: std::time::SystemTime) {
     if rows.is_empty() {
         return;
     }
-    println!();
-    println!("What the operations are made of on this machine, nanoseconds, this run:");
-    println!();
-    println!("| floor | ns |");
-    println!("|---|---|");
+    print_heading(
+        "What the operations are made of on this machine, nanoseconds, this run:",
+        &["floor", "ns"],
+    );
     for (what, figure) in rows {
         println!("| {what} | {figure:.1} |");
     }
@@ -622,14 +633,20 @@ fn print_summary(since: std::time::SystemTime) {
     if rows.is_empty() {
         return;
     }
-    println!();
-    println!("Nanoseconds per operation (per item for stream_throttle), this run:");
-    println!();
-    println!(
-        "| group | token-bucket | governor | governor on tokio's clock | leaky-bucket | floor \
-         | ours ÷ governor | ours ÷ governor on tokio's clock | governor on tokio's clock ÷ governor |"
+    print_heading(
+        "Nanoseconds per operation (per item for stream_throttle), this run:",
+        &[
+            "group",
+            "token-bucket",
+            "governor",
+            "governor on tokio's clock",
+            "leaky-bucket",
+            "floor",
+            "ours ÷ governor",
+            "ours ÷ governor on tokio's clock",
+            "governor on tokio's clock ÷ governor",
+        ],
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
     for (group, cells, floor) in rows {
         println!(
             "| {group} | {} | {} | {} | {} | {} | {} | {} | {} |",
