@@ -24,7 +24,8 @@
 --     the tokens are there, at least now), {0, now, retry_after_ms} when fewer than the
 --     fewest are there by `ahead` (nothing taken).
 --   give: the tokens to give back and the microsecond their lease began. Reply {parts}:
---     the parts given back, the same however often it is sent.
+--     the parts given back; sent again, the same while the record lives, and 0 once the
+--     lease could return nothing anyway.
 local key = KEYS[1]
 local capacity, gain, per_token = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_micros()
