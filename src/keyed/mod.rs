@@ -165,8 +165,11 @@ const QUIET_FACTOR: u64 = 9;
 /// # Concurrency
 ///
 /// A shard's lock is held to find or add a key, to read and write a compact key's word
-/// (a few arithmetic steps, no call into the limiter), and during a sweep; a whole
-/// limiter is called after the lock is released, and no lock is held across an `.await`.
+/// (a few arithmetic steps, no call into the limiter), during a sweep, and when an
+/// `acquire` that used a key's whole limiter ends and folds it back into its word; a
+/// whole limiter is otherwise called after the lock is released, and no lock is held
+/// across an `.await`. Where both are held, the shard's lock is taken before the
+/// limiter's.
 /// A key is hashed once a call: the hash picks its shard and its place in the shard's
 /// table. The number of shards is a power of two, by default the next one at or above
 /// four per available thread.
@@ -436,6 +439,11 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// nothing, as the limiter's own `acquire` does, and no longer keeps the key from
     /// being forgotten.
     ///
+    /// The future owns a copy of the key (so that nothing is looked up before its first
+    /// poll), which is why the key type must be `Send + 'static`: keys borrowed from a
+    /// shorter-lived value, or held in an `Rc`, suit [`try_acquire`](Keyed::try_acquire)
+    /// and [`get`](Keyed::get) but not this.
+    ///
     /// # Examples
     ///
     /// ```
@@ -486,8 +494,8 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         }
     }
 
-    /// The limiter of `key`, made from the template if the key is new, as
-    /// [`acquire`](Keyed::acquire) finds it: for a request that takes from this key and
+    /// The whole limiter of `key`, made from the template if the key is new (a key held as
+    /// a word is unfolded into it): for a request that takes from this key and
     /// from other limiters in one decision (see [`all`](crate::all)). The key is not
     /// forgotten while the returned `Arc` lives, nor while a composite waits in its
     /// limiter's line.
@@ -598,7 +606,9 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
-    /// else (no pending [`acquire`](Keyed::acquire), no `Arc` from [`get`](Keyed::get)),
+    /// else (no [`acquire`](Keyed::acquire) waiting in its line, no `Arc` from
+    /// [`get`](Keyed::get) or [`limiter`](Keyed::limiter); an `acquire` not yet polled, or
+    /// served on the key's word, holds nothing),
     /// and returns how many it forgot. Their memory is freed, and the maps give back their
     /// spare room. Whole limiters held by nobody else, that nobody waits on and whose
     /// settings are the template's, fold back into their words (see
