@@ -11,12 +11,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
-use crate::sync::Identity;
+use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
 
 /// The grants of one sliding limiter, behind its lock.
@@ -90,6 +90,7 @@ struct Shared<T: Tally> {
     settings: Settings<T::Extra>,
     clock: Clock,
     /// Locked after the line, never before it (the lock order, in `turnstile.rs`).
+    /// Loom's lock under `--cfg loom`, as a composite takes it beside the others.
     tally: Mutex<T>,
     turnstile: Turnstile,
     /// Orders the limiter among a composite's members.
@@ -304,7 +305,7 @@ impl<T: Tally> Sliding<T> {
 /// `composite/`): nobody joins the line meanwhile, and its refusal walks the line held.
 pub(crate) struct HeldSliding<'a, T: Tally> {
     sliding: &'a Sliding<T>,
-    line: crate::sync::MutexGuard<'a, Line>,
+    line: MutexGuard<'a, Line>,
     tally: MutexGuard<'a, T>,
     /// The decision's instant on this limiter's clock, never below the floor.
     now: u64,
