@@ -26,10 +26,10 @@ use crate::bucket::refill;
 use crate::bucket::state::Leaving;
 use crate::bucket::TokenBucket;
 use crate::clock::{model_time, NEVER};
-use crate::error::{TakeError, TryTakeError};
+use crate::error::{TakeError, TryAcquireError, TryTakeError};
 use crate::limiter::Limiter;
 use crate::rate::Rate;
-use crate::window::FixedWindow;
+use crate::window::{FixedWindow, SlidingLog};
 use crate::Take;
 
 const SECOND: u64 = 1_000_000_000;
@@ -905,5 +905,70 @@ fn loom_a_waiting_composite_dropped_as_the_bucket_hands_it_the_head_gives_its_pl
         assert_settled(&bucket, 2, 0, &window, 1 - u64::from(plain_window));
         // Its place is gone: a try now finds the line empty.
         assert_eq!(window.try_acquire(1).is_ok(), !plain_window);
+    });
+}
+
+/// A sliding log admitting one permit a second, full at 0 (its permit leaves at 1 s).
+/// Made before the limiters it is tested with, so it comes first in their lock order.
+fn full_log() -> SlidingLog {
+    let log = SlidingLog::new(1, Duration::from_secs(1)).unwrap();
+    log.try_acquire(1).unwrap();
+    log
+}
+
+/// A composite over a full sliding log and a fixed window, the log first in the lock
+/// order and a waiter already in its line, joins both lines (holding the log's line
+/// while it takes the window's), polled once and then dropped; a composite try on the
+/// same pair races it, then a plain try on the log. Each try, behind the log's waiters,
+/// walks the log's line, and now waits for it before it takes the log's tally or the
+/// window's line: the composite try once took those first and then waited for the log's
+/// line, held by the joining composite waiting for the window's, and loom reported the
+/// deadlock. Each try is refused behind whoever stands in the log's line (the waiter
+/// ahead admitted at 1 s, the joining composite at 2 s if it stands there yet, the try
+/// after them); nothing is counted, and both lines are left as they were.
+#[test]
+fn loom_a_composite_joining_a_sliding_log_and_a_window_racing_a_composite_try_never_deadlocks() {
+    model(|| {
+        let log = full_log();
+        let window = long_window(2);
+        let alone = crate::all([&log]).unwrap();
+        let mut ahead = Box::pin(alone.acquire(1));
+        let mut cx = Context::from_waker(noop_waker_ref());
+        assert!(ahead.as_mut().poll(&mut cx).is_pending(), "the log is full");
+        let joining = {
+            let (log, window) = (log.clone(), window.clone());
+            thread::spawn(move || {
+                let both = crate::all((&log, &window)).unwrap();
+                let mut acquire = Box::pin(both.acquire(1));
+                let polled = acquire
+                    .as_mut()
+                    .poll(&mut Context::from_waker(noop_waker_ref()));
+                polled.is_pending()
+            })
+        };
+        let trying = {
+            let (log, window) = (log.clone(), window.clone());
+            thread::spawn(move || {
+                let composite = crate::all((&log, &window)).unwrap().try_acquire(1);
+                (composite, log.try_acquire(1))
+            })
+        };
+        assert!(joining.join().unwrap(), "the log is full: it waits");
+        let (composite, plain) = trying.join().unwrap();
+        let composite = match composite {
+            Err(crate::TryAcquireAllError::Limited { retry_after }) => retry_after,
+            other => panic!("expected Limited, got {other:?}"),
+        };
+        let Err(TryAcquireError::Limited { retry_after: plain }) = plain else {
+            panic!("expected Limited, got {plain:?}");
+        };
+        for retry_after in [composite, plain] {
+            assert!(
+                [2, 3].map(Duration::from_secs).contains(&retry_after),
+                "{retry_after:?}"
+            );
+        }
+        assert_eq!((log.available(), log.queued_permits()), (0, 1));
+        assert_eq!((window.available(), window.queued_permits()), (2, 0));
     });
 }

@@ -184,10 +184,9 @@ pub trait SealedMembers {
 }
 
 impl Indexed<'_> {
-    /// The global lock order: buckets first, then window limiters, each by identity.
-    /// Any total order would do; this one keeps a window limiter's two locks (its
-    /// tally, then its line, which its `try_acquire` takes in that order) after every
-    /// bucket's.
+    /// The global lock order: buckets first, then window limiters, each by identity
+    /// (the whole order, with each window limiter's own locks, is in
+    /// `window/turnstile.rs`). Any total order of members would do.
     fn lock_order(&self) -> (bool, usize) {
         (matches!(self.part, Part::Window(_)), self.part.identity())
     }

@@ -22,3 +22,6 @@ mod waiting;
 pub use all::{all, All};
 pub(crate) use member::{Hook, Part, Sealed, Window, WindowHeld};
 pub use member::{Member, Members};
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,6 +1,7 @@
 //! The synchronisation primitives under the bucket's core (its lock and the atomics beside
 //! it), under the fixed window (its one atomic word), under the window limiters' lines
-//! (the record a composite locks beside the buckets') and under `Keyed`'s shards.
+//! and the sliding limiters' tallies (which a composite locks beside the buckets') and
+//! under `Keyed`'s shards.
 //!
 //! They are named here, once, so that a model checker can stand in for them: built with
 //! `RUSTFLAGS="--cfg loom"`, these are [loom](https://docs.rs/loom)'s versions, and the

@@ -7,7 +7,7 @@
 //! - `sliding_log.rs`: [`SlidingLog`], exact, a ring of grant instants.
 //! - `sliding_window.rs`: [`SlidingWindow`], a time wheel of per-slot totals.
 //! - `turnstile.rs`: first in, first out waiting, since these limiters have no refill
-//!   task.
+//!   task; and the order every path takes the limiters' locks in.
 //! - `ring.rs`: reading a circular buffer oldest first.
 //!
 //! It uses the crate's foundations (`clock`, `error`, `sync`) and implements

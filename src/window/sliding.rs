@@ -11,13 +11,13 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
-use crate::sync::Identity;
-use crate::window::turnstile::Turnstile;
+use crate::sync::{Identity, Mutex, MutexGuard};
+use crate::window::turnstile::{Line, Turnstile};
 
 /// The grants of one sliding limiter, behind its lock.
 ///
@@ -89,6 +89,8 @@ pub(crate) struct Sliding<T: Tally> {
 struct Shared<T: Tally> {
     settings: Settings<T::Extra>,
     clock: Clock,
+    /// Locked after the line, never before it (the lock order, in `turnstile.rs`).
+    /// Loom's lock under `--cfg loom`, as a composite takes it beside the others.
     tally: Mutex<T>,
     turnstile: Turnstile,
     /// Orders the limiter among a composite's members.
@@ -165,24 +167,33 @@ impl<T: Tally> Sliding<T> {
     /// Admits `permits` if they fit now and nobody waits in line; else says how long
     /// until they could be, after those in line: what `try_acquire` does.
     fn admit(&self, permits: u64) -> Result<(), TryAcquireError> {
-        let (mut tally, now) = self.lock();
-        self.check(&tally, permits, now)?;
+        let mut line = None;
+        let (mut tally, mut now) = self.lock();
+        if self.shared.turnstile.is_waiting() {
+            // The refusal walks the line, which is locked before the tally (the lock
+            // order, in `turnstile.rs`): let go, then take both in that order.
+            drop(tally);
+            line = Some(self.shared.turnstile.line());
+            (tally, now) = self.lock();
+        }
+        self.check(&tally, line.as_deref(), permits, now)?;
         tally.record(permits, now);
         Ok(())
     }
 
-    /// Whether `permits` (from 1 to the limit) fit `tally` at `now` with nobody in line;
-    /// else how long until they would, after those in line.
-    fn check(&self, tally: &T, permits: u64, now: u64) -> Result<(), TryAcquireError> {
-        let line_ahead = self.shared.turnstile.is_waiting();
-        if !line_ahead && tally.fits(permits, now) {
+    /// Whether `permits` (from 1 to the limit) fit `tally` at `now` behind the waiters in
+    /// `line`, held by the caller (none given: nobody waits); else how long until they
+    /// would, after those waiters.
+    fn check(
+        &self,
+        tally: &T,
+        line: Option<&Line>,
+        permits: u64,
+        now: u64,
+    ) -> Result<(), TryAcquireError> {
+        let mut requests: Vec<u64> = line.map_or_else(Vec::new, |line| line.permits().collect());
+        if requests.is_empty() && tally.fits(permits, now) {
             return Ok(());
-        }
-        let mut requests = Vec::new();
-        if line_ahead {
-            self.shared
-                .turnstile
-                .for_each_in_line(|waiting| requests.push(waiting));
         }
         requests.push(permits);
         let ready_at = ready_at(tally, self.shared.settings.limit, &requests, now);
@@ -290,9 +301,11 @@ impl<T: Tally> Sliding<T> {
     }
 }
 
-/// A sliding limiter's tally, held by a composite while it decides (see `composite/`).
+/// A sliding limiter's line and tally, held by a composite while it decides (see
+/// `composite/`): nobody joins the line meanwhile, and its refusal walks the line held.
 pub(crate) struct HeldSliding<'a, T: Tally> {
     sliding: &'a Sliding<T>,
+    line: MutexGuard<'a, Line>,
     tally: MutexGuard<'a, T>,
     /// The decision's instant on this limiter's clock, never below the floor.
     now: u64,
@@ -303,7 +316,8 @@ impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
         if let Screened::ExceedsLimit { requested, limit } = self.sliding.screen(permits) {
             return Err(TryAcquireError::ExceedsLimit { requested, limit });
         }
-        self.sliding.check(&self.tally, permits, self.now)
+        self.sliding
+            .check(&self.tally, Some(&self.line), permits, self.now)
     }
 
     fn ready_at(&mut self, permits: u64) -> Option<u64> {
@@ -339,6 +353,8 @@ impl<T: Tally> crate::composite::Window for Sliding<T> {
     }
 
     fn hold(&self, moment: Moment) -> Box<dyn crate::composite::WindowHeld + '_> {
+        // The line, then the tally: the lock order (see `turnstile.rs`).
+        let line = self.shared.turnstile.line();
         let tally = self
             .shared
             .tally
@@ -347,6 +363,7 @@ impl<T: Tally> crate::composite::Window for Sliding<T> {
         let now = self.shared.clock.at(moment).max(tally.floor());
         Box::new(HeldSliding {
             sliding: self,
+            line,
             tally,
             now,
         })

@@ -22,6 +22,26 @@ use crate::sync::AtomicUsize;
 /// tokio's `Mutex` hands its lock over in the order it was asked for, so holding it is
 /// "being at the head of the line". Only the head sleeps on the clock; the others wait on
 /// the lock, in order.
+///
+/// # Lock order
+///
+/// Every path takes the limiters' locks in one global order, holding only locks earlier
+/// in it while it waits for one, so no two threads ever wait for each other:
+///
+/// 1. buckets' locks, by identity (see `composite/member.rs`);
+/// 2. window limiters by identity, and within each its [`line`](Turnstile::line) before,
+///    for a sliding limiter, its tally (`window/sliding.rs`).
+///
+/// - A plain `try_acquire` takes one limiter's locks: a fixed window's line alone, behind
+///   waiters; a sliding limiter's tally alone, or behind waiters, having let it go, its
+///   line and then its tally. A refund, the readers (`available`, `is_idle`, ...) and
+///   the head of the line trying take the tally alone (a fixed window, nothing).
+/// - Joining or leaving a line takes that line alone: the head's lock is only polled
+///   under it, never waited for.
+/// - A composite's decision (`composite/held.rs`) holds every member's locks at once, in
+///   this order, and walks the lines it holds rather than locking them again; joining
+///   (`composite/waiting.rs`) holds the buckets' locks and the lines. Its places leave
+///   their lines only once it has let go of all of them.
 #[derive(Debug, Default)]
 pub(crate) struct Turnstile {
     /// Holds the instant (on the limiter's clock) the last head left the line.
@@ -58,13 +78,6 @@ impl Turnstile {
             .map(|place| u128::from(place.permits))
             .sum();
         u64::try_from(permits).unwrap_or(u64::MAX)
-    }
-
-    /// Calls `visit` with the permits of each waiter in line, the head first. Takes a lock
-    /// and walks the whole line: for refusals while waiters are in line, not for the fast
-    /// path.
-    pub(crate) fn for_each_in_line(&self, visit: impl FnMut(u64)) {
-        self.line().permits().for_each(visit);
     }
 
     /// The record of the line, held: while it is, nobody joins. A composite holds it for
@@ -234,8 +247,8 @@ pub(crate) struct Line {
 }
 
 impl Line {
-    /// The permits of each waiter in line, the head first: for a caller already holding
-    /// the line, which [`Turnstile::for_each_in_line`] would lock again.
+    /// The permits of each waiter in line, the head first: for refusals behind waiters,
+    /// by a caller holding the line.
     pub(crate) fn permits(&self) -> impl Iterator<Item = u64> + '_ {
         self.places.iter().map(|place| place.permits)
     }
