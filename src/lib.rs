@@ -114,6 +114,7 @@ mod sync;
 mod composite;
 mod keyed;
 mod limiter;
+mod quota;
 
 // The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.
 #[cfg(feature = "redis")]
@@ -139,6 +140,7 @@ pub use error::{
 };
 pub use keyed::{Keyed, KeyedBuilder};
 pub use limiter::Limiter;
+pub use quota::{Decision, Policy, Quota};
 pub use rate::{ParseRateError, Rate};
 pub use window::{FixedWindow, SlidingLog, SlidingWindow};
 

@@ -4,6 +4,7 @@ use std::future::Future;
 
 use crate::bucket::TokenBucket;
 use crate::error::{AcquireError, TakeError, TryAcquireError, TryTakeError};
+use crate::quota::{Decision, Policy, Quota};
 
 /// A rate limiter: [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
 /// [`SlidingLog`](crate::SlidingLog) or [`SlidingWindow`](crate::SlidingWindow).
@@ -132,6 +133,38 @@ pub trait Limiter: Send + Sync + 'static {
     fn fresh(&self) -> Self
     where
         Self: Sized;
+
+    /// The limiter's budget as permits per window, for the `RateLimit-Policy` header
+    /// field (see [`Policy`]). `None` unless the limiter reports one: every limiter of
+    /// this crate does; a limiter of your own may.
+    fn policy(&self) -> Option<Policy> {
+        None
+    }
+
+    /// The limiter's state now: permits left and when it is whole again (see [`Quota`]).
+    /// Counts nothing. `None` unless the limiter reports one: every limiter of this crate
+    /// does; a limiter of your own may.
+    fn quota(&self) -> Option<Quota> {
+        None
+    }
+
+    /// [`try_acquire`](Limiter::try_acquire), and the [`Quota`] it leaves, read in the same
+    /// step: the numbers an HTTP response's `RateLimit` field needs, exact for the state
+    /// the decision saw, with no other request slipping in between.
+    ///
+    /// The default asks `try_acquire` and then [`quota`](Limiter::quota), two steps; every
+    /// limiter of this crate decides and reads in one.
+    ///
+    /// # Errors
+    ///
+    /// In [`Decision::result`], those of [`try_acquire`](Limiter::try_acquire).
+    fn try_acquire_decision(&self, permits: u64) -> Decision {
+        let result = self.try_acquire(permits);
+        Decision {
+            result,
+            quota: self.quota(),
+        }
+    }
 }
 
 /// A bucket's `try_take` refusal, as [`Limiter::try_acquire`] says it.
