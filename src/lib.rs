@@ -120,6 +120,9 @@ mod limiter;
 #[clippy::msrv = "1.88"]
 pub mod redis;
 
+#[cfg(feature = "http")]
+pub mod http;
+
 #[cfg(feature = "io")]
 pub use throttle::io;
 #[cfg(feature = "tower")]
