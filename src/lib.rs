@@ -121,6 +121,9 @@ mod quota;
 #[clippy::msrv = "1.88"]
 pub mod redis;
 
+#[cfg(feature = "http")]
+pub mod http;
+
 #[cfg(feature = "io")]
 pub use throttle::io;
 #[cfg(feature = "tower")]
