@@ -151,7 +151,13 @@ pub use window::{FixedWindow, SlidingLog, SlidingWindow};
 /// they stay true. Some use the optional features, so they run with all of them on (as the
 /// README's test command does). A page added to `docs/` gets a line here, which
 /// `tests/docs_links.rs` checks.
-#[cfg(all(doctest, feature = "io", feature = "tower", feature = "redis"))]
+#[cfg(all(
+    doctest,
+    feature = "io",
+    feature = "tower",
+    feature = "redis",
+    feature = "axum"
+))]
 mod doc_pages {
     #[doc = include_str!("../README.md")]
     struct Readme;
@@ -167,6 +173,9 @@ mod doc_pages {
 
     #[doc = include_str!("../docs/errors.md")]
     struct Errors;
+
+    #[doc = include_str!("../docs/http.md")]
+    struct Http;
 
     #[doc = include_str!("../docs/per-key.md")]
     struct PerKey;

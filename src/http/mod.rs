@@ -1,11 +1,68 @@
-//! The HTTP front door (feature `http`): rate limits for `http::Request`s, per client and
-//! for the whole service, as a tower layer.
+//! The HTTP front door (feature `http`): a tower layer that limits requests per client
+//! and for the whole service, and answers `429 Too Many Requests` with `Retry-After` and
+//! the IETF `RateLimit` header fields.
 //!
-//! - `client_ip.rs`: which client a request comes from, behind trusted proxies, and the
-//!   [`ClientKey`] it is counted under.
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use token_bucket::http::{ClientIp, RateLimitLayer};
+//! use token_bucket::{Rate, TokenBucket};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limit = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+//!     .global(TokenBucket::new(Rate::per_second(1_000), 1_000)?)
+//!     .build()?;
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+//! let _service = app.into_make_service_with_connect_info::<SocketAddr>();
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The layer works over `http::Request` and `http::Response`, so with axum, hyper and
+//! tonic alike, and depends on none of them (the feature `axum` lets it read axum's
+//! `ConnectInfo<SocketAddr>`; without it, a `SocketAddr` in the request's extensions).
+//!
+//! - **Keys** ([`KeyExtractor`]): the client's IP ([`ClientIp`]: the peer's, or the one
+//!   trusted proxies report, IPv6 grouped by /64), a header ([`HeaderKey`]), one
+//!   [`GlobalKey`], or a closure ([`key_fn`]). A request without a key is refused with
+//!   `400` or `500`, or handled as [`MissingKey`] says.
+//! - **Limits**: each key gets a limiter of the crate through [`Keyed`](crate::Keyed), so
+//!   memory stays bounded ([`max_keys`](RateLimitBuilder::max_keys), idle keys
+//!   forgotten); an optional [`global`](RateLimitBuilder::global) limit is decided
+//!   together with it, all or nothing. A [`cost`](RateLimitBuilder::cost) function
+//!   charges requests more than one permit, and [`settle`](RateLimitBuilder::settle)
+//!   gives back what they did not use.
+//! - **Decisions**: refuse at once (the default); [`wait_up_to`](RateLimitBuilder::wait_up_to)
+//!   a bound, first in, first out; or [`shadow`](RateLimitBuilder::shadow): decide and
+//!   count, refuse nothing. Allow-listed keys and networks pass untouched.
+//! - **Responses**: see [`Refusal`]; `RateLimit-Policy` and `RateLimit` on every decided
+//!   response, `X-RateLimit-*` on request; gRPC calls get `grpc-status: 8`.
+//!
+//! `docs/http.md` explains keys, trusted proxies, the header fields and the modes.
+//!
+//! - `client_ip.rs`: the client's address behind trusted proxies, and its key.
+//! - `key.rs`: the [`KeyExtractor`] trait and the keys the crate ships.
+//! - `limits.rs`: what decides: per key and global, in-process.
+//! - `headers.rs`: the header fields of a decision.
+//! - `response.rs`: what a refusal is answered.
+//! - `layer.rs`: the layer and its builder; `service.rs`: the service and its future.
 
 mod client_ip;
+mod headers;
+mod key;
+mod layer;
+mod limits;
+mod response;
+mod service;
 
 pub use client_ip::{
     Cidr, CidrError, ClientIp, ClientIpError, ClientKey, ForwardedHeader, TrustedProxies,
 };
+pub use key::{key_fn, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead};
+pub use layer::{
+    ActualCost, BuildError, MissingKey, RateLimitBuilder, RateLimitLayer, Settle,
+    DEFAULT_MAX_KEYS,
+};
+pub use limits::{Limits, Local};
+pub use response::{DefaultRefusal, Refusal, RefusalFn, RefusalKind, RespondRefusal};
+pub use service::{RateLimit, ResponseFuture};

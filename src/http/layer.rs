@@ -1,0 +1,489 @@
+//! [`RateLimitLayer`] and its builder: the settings every request of one layer shares.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::HeaderName;
+use tower::Layer;
+
+use super::client_ip::Cidr;
+use super::headers::{is_valid_policy_name, Fields};
+use super::key::{KeyExtractor, RequestHead};
+use super::limits::{private::Decide, Limits, Local};
+use super::response::{DefaultRefusal, Refusal, RefusalFn};
+use super::service::RateLimit;
+use crate::bucket::TokenBucket;
+use crate::composite::Member;
+use crate::error::ConfigError;
+use crate::keyed::Keyed;
+use crate::limiter::Limiter;
+
+/// The most keys a layer holds by default: about 64 MB for compact keys at the flood
+/// bound of 64 bytes each.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// The default names of the two limits in the `RateLimit` header fields.
+const DEFAULT_NAMES: [&str; 2] = ["client", "global"];
+
+/// A cost function: the permits a request is charged up front.
+type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>;
+
+/// What a layer does with a request its limits refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Answer it at once (the default).
+    Refuse,
+    /// Wait in line up to this long, first in, first out; refuse if it cannot pass by
+    /// then.
+    Wait(Duration),
+    /// Let it through all the same, with the headers a refusal would have: decide and
+    /// count, never refuse.
+    Shadow,
+}
+
+/// What to do with a request whose key cannot be found (see [`KeyError`](super::KeyError)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingKey<K> {
+    /// Refuse it with the error's status, `400` or `500` (the default).
+    Refuse,
+    /// Let it through, unlimited and without headers.
+    Allow,
+    /// Count it under this key: every request without a key shares its budget.
+    Key(K),
+}
+
+/// Where the true cost of a request is read after its response, to settle what it was
+/// charged up front (see [`RateLimitBuilder::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// An [`ActualCost`] the handler put in the response's extensions.
+    Extension,
+    /// A response header holding a whole number, such as `x-tokens-used`.
+    Header(HeaderName),
+}
+
+/// The true cost of a request, put in its response's extensions by the handler, when the
+/// layer [settles](RateLimitBuilder::settle) from [`Settle::Extension`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActualCost(pub u64);
+
+/// Why a layer could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A limit's setting was refused ([`ConfigError::ZeroMaxKeys`] for a
+    /// [`max_keys`](RateLimitBuilder::max_keys) of zero).
+    Config(ConfigError),
+    /// A policy name the `RateLimit` fields could not carry: names are non-empty visible
+    /// ASCII and spaces.
+    InvalidPolicyName {
+        /// The name given.
+        name: String,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Config(error) => error.fmt(f),
+            BuildError::InvalidPolicyName { name } => write!(
+                f,
+                "the policy name {name:?} cannot stand in a header field: use non-empty \
+                 visible ASCII and spaces"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+impl From<ConfigError> for BuildError {
+    fn from(error: ConfigError) -> BuildError {
+        BuildError::Config(error)
+    }
+}
+
+/// What every service of one layer shares.
+pub(crate) struct Shared<X: KeyExtractor, B, H> {
+    pub(crate) key: X,
+    pub(crate) limits: B,
+    pub(crate) fields: Fields,
+    pub(crate) mode: Mode,
+    pub(crate) missing: MissingKey<X::Key>,
+    pub(crate) allow_keys: HashSet<X::Key>,
+    pub(crate) allow_cidrs: Vec<Cidr>,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) settle: Option<Settle>,
+    pub(crate) respond: H,
+    /// Requests a shadow layer let through that it would have refused.
+    pub(crate) shadow_refusals: AtomicU64,
+}
+
+/// A tower [`Layer`] that limits HTTP requests per key (a client IP, an API key) and,
+/// optionally, for the whole service, answering `429 Too Many Requests` with
+/// `Retry-After` and the IETF `RateLimit` header fields.
+///
+/// Works with any server that speaks `http::Request` and `http::Response`: axum, hyper,
+/// tonic. A refusal never reaches the inner service and is not an error of the service:
+/// it is a response, so axum needs no `HandleErrorLayer`.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use axum::{routing::get, Router};
+/// use token_bucket::http::{ClientIp, RateLimitLayer};
+/// use token_bucket::{Rate, TokenBucket};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Each client 5 requests a second in bursts of 10; the whole server 1,000 a second.
+/// let limit = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+///     .global(TokenBucket::new(Rate::per_second(1_000), 1_000)?)
+///     .build()?;
+/// let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+/// // Serve it with each connection's address known:
+/// let _service = app.into_make_service_with_connect_info::<SocketAddr>();
+/// # Ok(())
+/// # }
+/// ```
+pub struct RateLimitLayer<X: KeyExtractor, B, H = DefaultRefusal> {
+    shared: Arc<Shared<X, B, H>>,
+}
+
+impl<X: KeyExtractor, B, H> Clone for RateLimitLayer<X, B, H> {
+    fn clone(&self) -> RateLimitLayer<X, B, H> {
+        RateLimitLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<X: KeyExtractor, B, H> fmt::Debug for RateLimitLayer<X, B, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("mode", &self.shared.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, X: KeyExtractor, B, H> Layer<S> for RateLimitLayer<X, B, H> {
+    type Service = RateLimit<S, X, B, H>;
+
+    fn layer(&self, inner: S) -> RateLimit<S, X, B, H> {
+        RateLimit::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl RateLimitLayer<super::key::GlobalKey, Local<(), TokenBucket, TokenBucket>> {
+    /// A builder of a layer that keys requests with `key` and gives each key a limiter
+    /// like `per_key` (a fresh copy, through [`Keyed`]).
+    pub fn builder<X, L>(key: X, per_key: L) -> RateLimitBuilder<X, L, TokenBucket>
+    where
+        X: KeyExtractor,
+        L: Limiter + Member,
+    {
+        RateLimitBuilder {
+            key,
+            per_key,
+            global: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            settings: Settings::new(),
+        }
+    }
+}
+
+impl<X: KeyExtractor, B: Limits<X::Key>, H> RateLimitLayer<X, B, H> {
+    /// Forgets every key whose limiter is idle again, and returns how many. Keys are
+    /// forgotten as new ones come too; call this from a periodic task to free the memory
+    /// of a flood in quiet periods.
+    pub fn forget_idle_keys(&self) -> usize {
+        self.shared.limits.forget_idle_keys()
+    }
+
+    /// Requests a [shadow](RateLimitBuilder::shadow) layer let through that its limits
+    /// refused. Zero for a layer that is not a shadow.
+    pub fn shadow_refusals(&self) -> u64 {
+        self.shared.shadow_refusals.load(Ordering::Relaxed)
+    }
+}
+
+impl<X, L, G> RateLimitLayer<X, Local<X::Key, L, G>, DefaultRefusal>
+where
+    X: KeyExtractor,
+    L: Limiter + Member,
+    G: Limiter + Member,
+{
+    /// The per-key limiters, to look a key up or forget idle keys from a task of your own.
+    pub fn per_key(&self) -> &Keyed<X::Key, L> {
+        self.shared.limits.keyed()
+    }
+}
+
+/// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
+pub struct RateLimitBuilder<X: KeyExtractor, L, G, H = DefaultRefusal> {
+    key: X,
+    per_key: L,
+    global: Option<G>,
+    max_keys: usize,
+    settings: Settings<X::Key, H>,
+}
+
+/// The settings of a layer that do not depend on where its limits live.
+pub(crate) struct Settings<K, H> {
+    names: [String; 2],
+    legacy: bool,
+    mode: Mode,
+    missing: MissingKey<K>,
+    allow_keys: HashSet<K>,
+    allow_cidrs: Vec<Cidr>,
+    cost: Option<CostFn>,
+    settle: Option<Settle>,
+    respond: H,
+}
+
+impl<K> Settings<K, DefaultRefusal> {
+    /// The defaults: refuse at once, standard names, no legacy fields, cost 1.
+    pub(crate) fn new() -> Settings<K, DefaultRefusal> {
+        Settings {
+            names: DEFAULT_NAMES.map(String::from),
+            legacy: false,
+            mode: Mode::Refuse,
+            missing: MissingKey::Refuse,
+            allow_keys: HashSet::new(),
+            allow_cidrs: Vec::new(),
+            cost: None,
+            settle: None,
+            respond: DefaultRefusal,
+        }
+    }
+}
+
+impl<K: Hash + Eq, H> Settings<K, H> {
+    /// The same settings, answering refusals with `respond`.
+    fn responding<H2>(self, respond: H2) -> Settings<K, H2> {
+        Settings {
+            names: self.names,
+            legacy: self.legacy,
+            mode: self.mode,
+            missing: self.missing,
+            allow_keys: self.allow_keys,
+            allow_cidrs: self.allow_cidrs,
+            cost: self.cost,
+            settle: self.settle,
+            respond,
+        }
+    }
+
+    /// The layer keying requests with `key` and asking `limits`.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
+    pub(crate) fn into_layer<X, B>(self, key: X, limits: B) -> Result<RateLimitLayer<X, B, H>, BuildError>
+    where
+        X: KeyExtractor<Key = K>,
+        B: Decide<K>,
+    {
+        if let Some(name) = self.names.iter().find(|name| !is_valid_policy_name(name)) {
+            return Err(BuildError::InvalidPolicyName { name: name.clone() });
+        }
+        let named: Vec<_> = self.names.into_iter().zip(limits.policies()).collect();
+        Ok(RateLimitLayer {
+            shared: Arc::new(Shared {
+                key,
+                fields: Fields::new(&named, self.legacy),
+                limits,
+                mode: self.mode,
+                missing: self.missing,
+                allow_keys: self.allow_keys,
+                allow_cidrs: self.allow_cidrs,
+                cost: self.cost,
+                settle: self.settle,
+                respond: self.respond,
+                shadow_refusals: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+impl<X: KeyExtractor, L, G, H> fmt::Debug for RateLimitBuilder<X, L, G, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitBuilder")
+            .field("max_keys", &self.max_keys)
+            .field("names", &self.settings.names)
+            .field("mode", &self.settings.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<X, L, G, H> RateLimitBuilder<X, L, G, H>
+where
+    X: KeyExtractor,
+    L: Limiter + Member,
+    G: Limiter + Member,
+{
+    /// Adds a limit on every request together, decided with the per-key one, all or
+    /// nothing: a request either counts against both, at one instant, or neither. A
+    /// client refused by the global limit has not used up its own.
+    pub fn global<G2: Limiter + Member>(self, global: G2) -> RateLimitBuilder<X, L, G2, H> {
+        RateLimitBuilder {
+            key: self.key,
+            per_key: self.per_key,
+            global: Some(global),
+            max_keys: self.max_keys,
+            settings: self.settings,
+        }
+    }
+
+    /// The most keys held at once ([`DEFAULT_MAX_KEYS`] by default): a new key that finds
+    /// this many busy ones is answered `503 Service Unavailable` with `Retry-After`,
+    /// while the keys held are served as usual. Idle keys are forgotten to make room.
+    pub fn max_keys(mut self, max_keys: usize) -> RateLimitBuilder<X, L, G, H> {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// The names of the per-key and global limits in the `RateLimit-Policy` and
+    /// `RateLimit` fields (`"client"` and `"global"` by default).
+    pub fn policy_names(
+        mut self,
+        per_key: impl Into<String>,
+        global: impl Into<String>,
+    ) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.names = [per_key.into(), global.into()];
+        self
+    }
+
+    /// Sends the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset` fields too, for the limit with the least remaining.
+    pub fn legacy_headers(mut self) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.legacy = true;
+        self
+    }
+
+    /// Makes a refused request wait its turn, first in, first out, up to `max_wait`,
+    /// instead of being refused at once; one that could not pass by then is refused.
+    /// A request whose wait would surely be longer is refused at once.
+    pub fn wait_up_to(mut self, max_wait: Duration) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.mode = Mode::Wait(max_wait);
+        self
+    }
+
+    /// Shadow mode: decides and counts every request, sends the headers, but refuses
+    /// none. A request its limits would have refused goes through all the same (its
+    /// permits are not taken) and is counted in
+    /// [`shadow_refusals`](RateLimitLayer::shadow_refusals): for trying limits out on
+    /// live traffic.
+    pub fn shadow(mut self) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.mode = Mode::Shadow;
+        self
+    }
+
+    /// What to do with a request whose key cannot be found: by default refuse it with
+    /// the [`KeyError`](super::KeyError)'s status.
+    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.missing = missing;
+        self
+    }
+
+    /// Lets requests of these keys through untouched: not counted, no headers.
+    pub fn allow_keys(
+        mut self,
+        keys: impl IntoIterator<Item = X::Key>,
+    ) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.allow_keys.extend(keys);
+        self
+    }
+
+    /// Lets requests from these networks through untouched: not counted, no headers.
+    /// The address checked is the client's as the key extractor finds it (see
+    /// [`KeyExtractor::client_ip`]), the peer's by default.
+    pub fn allow_cidrs(
+        mut self,
+        cidrs: impl IntoIterator<Item = Cidr>,
+    ) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.allow_cidrs.extend(cidrs);
+        self
+    }
+
+    /// Charges each request what `cost` says, in permits, instead of 1: bytes, or an
+    /// estimate of the tokens a model call will use. A cost of zero is admitted without
+    /// counting; a cost more than a limit ever admits at once is refused with
+    /// [`RefusalKind::NeverFits`](super::RefusalKind::NeverFits).
+    pub fn cost(
+        mut self,
+        cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
+    ) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Settles each admitted request after its response, from its true cost read where
+    /// `settle` says: what it was charged up front but did not use goes back to its key
+    /// and to the global limit.
+    ///
+    /// When the true cost exceeds what was charged, the excess is taken from each limit
+    /// as far as it has permits now, without waiting, and the rest is forgiven: a
+    /// limiter cannot go below empty. So an under-estimate lets a client exceed its
+    /// budget by what the estimate missed; estimate high and let the settlement give
+    /// back. A response without a readable cost is not settled.
+    pub fn settle(mut self, settle: Settle) -> RateLimitBuilder<X, L, G, H> {
+        self.settings.settle = Some(settle);
+        self
+    }
+
+    /// Answers refused requests with `respond`'s response instead of
+    /// [`Refusal::into_response`].
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::{body::Body, response::Response, routing::get, Router};
+    /// use token_bucket::http::{ClientIp, RateLimitLayer, Refusal};
+    /// use token_bucket::{FixedWindow};
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limit = RateLimitLayer::builder(ClientIp::peer(), FixedWindow::new(100, Duration::from_secs(60))?)
+    ///     .on_refusal(|refusal: Refusal| {
+    ///         let mut response = Response::new(Body::from(format!("{{\"error\":\"{refusal}\"}}")));
+    ///         *response.status_mut() = refusal.status();
+    ///         response.headers_mut().extend(refusal.headers().clone());
+    ///         response
+    ///     })
+    ///     .build()?;
+    /// let _app: Router = Router::new().route("/", get(|| async { "hi" })).layer(limit);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_refusal<B, F>(self, respond: F) -> RateLimitBuilder<X, L, G, RefusalFn<F>>
+    where
+        F: Fn(Refusal) -> http::Response<B> + Send + Sync + 'static,
+    {
+        RateLimitBuilder {
+            key: self.key,
+            per_key: self.per_key,
+            global: self.global,
+            max_keys: self.max_keys,
+            settings: self.settings.responding(RefusalFn(Arc::new(respond))),
+        }
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Config`] with [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
+    pub fn build(self) -> Result<RateLimitLayer<X, Local<X::Key, L, G>, H>, BuildError> {
+        let keyed = Keyed::builder(self.per_key)
+            .max_keys(self.max_keys)
+            .build()?;
+        self.settings
+            .into_layer(self.key, Local::new(keyed, self.global))
+    }
+}

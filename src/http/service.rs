@@ -1,0 +1,346 @@
+//! [`RateLimit`], the service a [`RateLimitLayer`](super::RateLimitLayer) wraps around
+//! yours, and its [`ResponseFuture`].
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, Request, Response};
+use pin_project::pin_project;
+use tower::Service;
+
+use super::key::{KeyExtractor, RequestHead};
+use super::layer::{ActualCost, MissingKey, Mode, Settle, Shared};
+use super::limits::{private::Decide, Decided, Outcome, Verdict};
+use super::response::{Refusal, RefusalKind, RespondRefusal};
+use crate::quota::Quota;
+
+/// The service a [`RateLimitLayer`](super::RateLimitLayer) makes: it decides each
+/// request before passing it on to `inner`, and answers refused ones itself.
+pub struct RateLimit<S, X: KeyExtractor, B, H> {
+    inner: S,
+    shared: Arc<Shared<X, B, H>>,
+}
+
+impl<S, X: KeyExtractor, B, H> RateLimit<S, X, B, H> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<X, B, H>>) -> RateLimit<S, X, B, H> {
+        RateLimit { inner, shared }
+    }
+}
+
+impl<S: Clone, X: KeyExtractor, B, H> Clone for RateLimit<S, X, B, H> {
+    fn clone(&self) -> RateLimit<S, X, B, H> {
+        RateLimit {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, X: KeyExtractor, B, H> fmt::Debug for RateLimit<S, X, B, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `headers` say the request is a gRPC call.
+fn is_grpc(headers: &HeaderMap) -> bool {
+    (headers.get(CONTENT_TYPE)).is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// What an admitted request carries to its response: the quotas for its headers, and
+/// what to settle.
+struct Admitted<K> {
+    quotas: Option<[Option<Quota>; 2]>,
+    settle: Option<(K, u64)>,
+}
+
+impl<S, X, B, H, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, X, B, H>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    X: KeyExtractor,
+    B: Decide<X::Key>,
+    H: RespondRefusal<ResBody>,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, X, B, H, ReqBody, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &*self.shared;
+        let head = RequestHead::of(&request);
+        let grpc = is_grpc(head.headers);
+        let allowed_network = !shared.allow_cidrs.is_empty()
+            && (shared.key.client_ip(&head))
+                .is_some_and(|ip| shared.allow_cidrs.iter().any(|cidr| cidr.contains(ip)));
+        let key = match shared.key.extract(&head) {
+            _ if allowed_network => return self.pass(request),
+            Ok(key) => key,
+            Err(error) => match &shared.missing {
+                MissingKey::Refuse => {
+                    return self.refuse(RefusalKind::NoKey(error), HeaderMap::new(), grpc)
+                }
+                MissingKey::Allow => return self.pass(request),
+                MissingKey::Key(key) => key.clone(),
+            },
+        };
+        if shared.allow_keys.contains(&key) {
+            return self.pass(request);
+        }
+        let cost = shared.cost.as_ref().map_or(1, |cost| cost(&head));
+        let wait = match shared.mode {
+            Mode::Wait(max_wait) => Some(max_wait),
+            Mode::Refuse | Mode::Shadow => None,
+        };
+        match shared.limits.decide(&key, cost, wait) {
+            Decided::Now(verdict) => {
+                let shared = Arc::clone(&self.shared);
+                let state = answer(&shared, verdict, &mut self.inner, request, key, cost, grpc);
+                ResponseFuture { state, shared }
+            }
+            Decided::Later(decision) => {
+                // The inner service was made ready for this request: take it along, and
+                // leave a clone for the next one, as tower's own middleware does.
+                let ready = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, ready);
+                ResponseFuture {
+                    state: State::Deciding {
+                        decision,
+                        waiting: Some(Waiting {
+                            inner,
+                            request,
+                            key,
+                            cost,
+                            grpc,
+                        }),
+                    },
+                    shared: Arc::clone(&self.shared),
+                }
+            }
+        }
+    }
+}
+
+impl<S, X, B, H, ReqBody, ResBody> RateLimit<S, X, B, H>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor,
+    H: RespondRefusal<ResBody>,
+{
+    /// Passes `request` on untouched: not counted, no headers.
+    fn pass(&mut self, request: Request<ReqBody>) -> ResponseFuture<S, X, B, H, ReqBody, ResBody> {
+        ResponseFuture {
+            state: State::Calling {
+                future: self.inner.call(request),
+                admitted: Admitted {
+                    quotas: None,
+                    settle: None,
+                },
+            },
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    fn refuse(
+        &self,
+        kind: RefusalKind,
+        headers: HeaderMap,
+        grpc: bool,
+    ) -> ResponseFuture<S, X, B, H, ReqBody, ResBody> {
+        let response = self.shared.respond.respond(Refusal::new(kind, headers, grpc));
+        ResponseFuture {
+            state: State::Refused {
+                response: Some(response),
+            },
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// Turns a decision into the next state: the inner service called, or the refusal.
+fn answer<S, X, B, H, ReqBody, ResBody>(
+    shared: &Shared<X, B, H>,
+    verdict: Verdict,
+    inner: &mut S,
+    request: Request<ReqBody>,
+    key: X::Key,
+    cost: u64,
+    grpc: bool,
+) -> State<S, X::Key, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor,
+    H: RespondRefusal<ResBody>,
+{
+    let refusal = match verdict.outcome {
+        Outcome::Admitted => None,
+        Outcome::Limited { retry_after } => Some(RefusalKind::Limited { retry_after }),
+        Outcome::NeverFits { requested, limit } => {
+            Some(RefusalKind::NeverFits { requested, limit })
+        }
+        Outcome::TooManyKeys { retry_after } => Some(RefusalKind::TooManyKeys { retry_after }),
+        Outcome::Unavailable { reason } => Some(RefusalKind::Unavailable { reason }),
+    };
+    let admitted = match refusal {
+        None => true,
+        Some(_) if shared.mode == Mode::Shadow => {
+            shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        Some(kind) => {
+            let mut headers = HeaderMap::new();
+            // A table too full to hold the key says nothing of the client's quota.
+            if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
+                shared.fields.insert(&mut headers, &verdict.quotas);
+            }
+            let response = shared.respond.respond(Refusal::new(kind, headers, grpc));
+            return State::Refused {
+                response: Some(response),
+            };
+        }
+    };
+    // Only a request that took its permits has anything to settle.
+    let settle = (admitted && shared.settle.is_some()).then_some((key, cost));
+    State::Calling {
+        future: inner.call(request),
+        admitted: Admitted {
+            quotas: Some(verdict.quotas),
+            settle,
+        },
+    }
+}
+
+/// A request waiting for its decision, with what it needs once it has it.
+struct Waiting<S, K, ReqBody> {
+    inner: S,
+    request: Request<ReqBody>,
+    key: K,
+    cost: u64,
+    grpc: bool,
+}
+
+#[pin_project(project = StateProjection)]
+enum State<S: Service<Request<ReqBody>>, K, ReqBody, ResBody> {
+    /// Waiting its turn, or for Redis.
+    Deciding {
+        decision: Pin<Box<dyn Future<Output = Verdict> + Send>>,
+        waiting: Option<Waiting<S, K, ReqBody>>,
+    },
+    /// Admitted (or passed untouched): the inner service answers.
+    Calling {
+        #[pin]
+        future: S::Future,
+        admitted: Admitted<K>,
+    },
+    /// Refused: the answer is ready.
+    Refused { response: Option<Response<ResBody>> },
+}
+
+/// The future of a [`RateLimit`] service's response.
+///
+/// # Cancel safety
+///
+/// Dropping it while it waits its turn (with
+/// [`wait_up_to`](super::RateLimitBuilder::wait_up_to)) gives up its place in line and
+/// takes nothing. Dropped once admitted, the permits stay taken, as the request was let
+/// through; dropped while a Redis decision is under way, the permits may or may not
+/// have been taken. Dropped before its response, an admitted request is not settled.
+#[pin_project]
+pub struct ResponseFuture<S, X, B, H, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>>,
+    X: KeyExtractor,
+{
+    #[pin]
+    state: State<S, X::Key, ReqBody, ResBody>,
+    shared: Arc<Shared<X, B, H>>,
+}
+
+impl<S, X, B, H, ReqBody, ResBody> fmt::Debug for ResponseFuture<S, X, B, H, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>>,
+    X: KeyExtractor,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<S, X, B, H, ReqBody, ResBody> Future for ResponseFuture<S, X, B, H, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    X: KeyExtractor,
+    B: Decide<X::Key>,
+    H: RespondRefusal<ResBody>,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProjection::Deciding { decision, waiting } => {
+                    let verdict = ready!(decision.as_mut().poll(cx));
+                    let Some(Waiting {
+                        mut inner,
+                        request,
+                        key,
+                        cost,
+                        grpc,
+                    }) = waiting.take()
+                    else {
+                        unreachable!("a decision is polled to its end once")
+                    };
+                    let next = answer(this.shared, verdict, &mut inner, request, key, cost, grpc);
+                    this.state.set(next);
+                }
+                StateProjection::Calling { future, admitted } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some(quotas) = &admitted.quotas {
+                        this.shared.fields.insert(response.headers_mut(), quotas);
+                    }
+                    if let Some((key, charged)) = admitted.settle.take() {
+                        settle(this.shared, &response, &key, charged);
+                    }
+                    return Poll::Ready(Ok(response));
+                }
+                StateProjection::Refused { response } => {
+                    let response = response.take().expect("a refusal is answered once");
+                    return Poll::Ready(Ok(response));
+                }
+            }
+        }
+    }
+}
+
+/// Settles a request charged `charged` from the true cost its response carries.
+fn settle<X: KeyExtractor, B: Decide<X::Key>, H, ResBody>(
+    shared: &Shared<X, B, H>,
+    response: &Response<ResBody>,
+    key: &X::Key,
+    charged: u64,
+) {
+    let actual = match &shared.settle {
+        Some(Settle::Extension) => (response.extensions().get::<ActualCost>()).map(|cost| cost.0),
+        Some(Settle::Header(name)) => (response.headers().get(name))
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| u64::from_str(text.trim()).ok()),
+        None => None,
+    };
+    if let Some(actual) = actual {
+        shared.limits.settle(key, charged, actual);
+    }
+}

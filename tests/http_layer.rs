@@ -1,0 +1,490 @@
+//! The HTTP layer in process, on tokio's paused clock: every header value and every
+//! `Retry-After` asserted exactly, for each key, limit, mode and refusal.
+#![cfg(feature = "http")]
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use http::{HeaderMap, Request, Response, StatusCode};
+use token_bucket::http::{
+    key_fn, ActualCost, BuildError, ClientIp, GlobalKey, HeaderKey, KeyError, MissingKey,
+    RateLimitLayer, RefusalKind, Settle, TrustedProxies,
+};
+use token_bucket::{ConfigError, FixedWindow, Rate, SlidingLog, TokenBucket};
+use tower::{Layer, Service, ServiceExt};
+
+/// The service behind the layer: answers 200 with an empty body.
+type OkService = tower::util::ServiceFn<
+    fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>>,
+>;
+
+fn ok_service() -> OkService {
+    tower::service_fn(|_request| std::future::ready(Ok(Response::new(String::new()))))
+}
+
+/// A request from `peer`, with `headers`.
+fn request_from(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
+    let mut request = Request::get("/");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut request = request.body(()).unwrap();
+    let peer: IpAddr = peer.parse().unwrap();
+    request.extensions_mut().insert(SocketAddr::new(peer, 40_000));
+    request
+}
+
+/// Sends `request` through `service` and returns its status and headers.
+async fn send<S>(service: &mut S, request: Request<()>) -> (StatusCode, HeaderMap)
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
+{
+    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    (response.status(), response.headers().clone())
+}
+
+fn text(headers: &HeaderMap, name: &str) -> Option<String> {
+    Some(headers.get(name)?.to_str().unwrap().to_owned())
+}
+
+/// Each client: 3 at once, one more a second. The whole service: 5 in each 10 s.
+fn per_client_and_global() -> RateLimitLayer<
+    ClientIp,
+    token_bucket::http::Local<token_bucket::http::ClientKey, TokenBucket, FixedWindow>,
+> {
+    RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_second(1), 3).unwrap(),
+    )
+    .global(FixedWindow::new(5, Duration::from_secs(10)).unwrap())
+    .build()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_header_value_is_exact_per_client_and_global() {
+    let mut service = per_client_and_global().layer(ok_service());
+    let policy = r#""client";q=3;w=3, "global";q=5;w=10"#;
+    for remaining in [2, 1, 0] {
+        let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(text(&headers, "ratelimit-policy").as_deref(), Some(policy));
+        let reset = 3 - remaining;
+        let global = 4 - (2 - remaining);
+        assert_eq!(
+            text(&headers, "ratelimit"),
+            Some(format!(
+                r#""client";r={remaining};t={reset}, "global";r={global};t=10"#
+            ))
+        );
+        assert_eq!(headers.get("retry-after"), None);
+    }
+    // The client's own limit refuses; the global one is not touched.
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("1"));
+    assert_eq!(
+        text(&headers, "ratelimit").as_deref(),
+        Some(r#""client";r=0;t=3, "global";r=2;t=10"#)
+    );
+    // Another client has its own budget, until the global limit is spent...
+    for global in [1, 0] {
+        let (status, headers) = send(&mut service, request_from("192.0.2.2", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        let remaining = global + 1;
+        let reset = 3 - remaining;
+        assert_eq!(
+            text(&headers, "ratelimit"),
+            Some(format!(
+                r#""client";r={remaining};t={reset}, "global";r={global};t=10"#
+            ))
+        );
+    }
+    // ...which then refuses it, and its own budget is not used up by the refusal.
+    let (status, headers) = send(&mut service, request_from("192.0.2.2", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("10"));
+    assert_eq!(
+        text(&headers, "ratelimit").as_deref(),
+        Some(r#""client";r=1;t=2, "global";r=0;t=10"#)
+    );
+    // Half a second on, the first client's token is half there: Retry-After rounds up.
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("1"));
+    assert_eq!(
+        text(&headers, "ratelimit").as_deref(),
+        Some(r#""client";r=0;t=3, "global";r=0;t=10"#)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_obeys_retry_after_is_admitted() {
+    let mut service = per_client_and_global().layer(ok_service());
+    for _ in 0..3 {
+        send(&mut service, request_from("192.0.2.1", &[])).await;
+    }
+    tokio::time::advance(Duration::from_millis(300)).await;
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = text(&headers, "retry-after").unwrap().parse().unwrap();
+    tokio::time::advance(Duration::from_secs(retry_after)).await;
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forged_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::behind(TrustedProxies::cidrs(["10.0.0.0/8".parse().unwrap()])),
+        TokenBucket::new(Rate::per_hour(1), 1).unwrap(),
+    )
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    // Through the proxy, two clients are two keys.
+    let (first, _) = send(
+        &mut service,
+        request_from("10.0.0.1", &[("x-forwarded-for", "198.51.100.1")]),
+    )
+    .await;
+    let (second, _) = send(
+        &mut service,
+        request_from("10.0.0.1", &[("x-forwarded-for", "198.51.100.2")]),
+    )
+    .await;
+    assert_eq!((first, second), (StatusCode::OK, StatusCode::OK));
+    // A direct client forging a fresh address each time is still itself.
+    let (direct, _) = send(
+        &mut service,
+        request_from("203.0.113.9", &[("x-forwarded-for", "198.51.100.3")]),
+    )
+    .await;
+    let (forged, _) = send(
+        &mut service,
+        request_from("203.0.113.9", &[("x-forwarded-for", "198.51.100.4")]),
+    )
+    .await;
+    assert_eq!(
+        (direct, forged),
+        (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS)
+    );
+    // A client forging an entry left of the proxy's is found right of it.
+    let (spoofed, _) = send(
+        &mut service,
+        request_from(
+            "10.0.0.1",
+            &[("x-forwarded-for", "198.51.100.77, 198.51.100.1")],
+        ),
+    )
+    .await;
+    assert_eq!(spoofed, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_without_a_key_gets_the_configured_fallback() {
+    let bucket = || TokenBucket::new(Rate::per_hour(1), 1).unwrap();
+    let mut no_peer = Request::get("/").body(()).unwrap();
+    // By default: a clear 500 for a server that records no peer, never a panic.
+    let mut service = RateLimitLayer::builder(ClientIp::peer(), bucket())
+        .build()
+        .unwrap()
+        .layer(ok_service());
+    let response = service.ready().await.unwrap().call(no_peer).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    // Allowed through, unlimited and without headers.
+    let mut service = RateLimitLayer::builder(ClientIp::peer(), bucket())
+        .on_missing_key(MissingKey::Allow)
+        .build()
+        .unwrap()
+        .layer(ok_service());
+    for _ in 0..3 {
+        no_peer = Request::get("/").body(()).unwrap();
+        let response = service.ready().await.unwrap().call(no_peer).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers().get("ratelimit"), None);
+    }
+    // Counted under one shared key.
+    let shared: IpAddr = "0.0.0.0".parse().unwrap();
+    let mut service = RateLimitLayer::builder(ClientIp::peer(), bucket())
+        .on_missing_key(MissingKey::Key(token_bucket::http::ClientKey::from(shared)))
+        .build()
+        .unwrap()
+        .layer(ok_service());
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        no_peer = Request::get("/").body(()).unwrap();
+        let response = service.ready().await.unwrap().call(no_peer).await.unwrap();
+        statuses.push(response.status());
+    }
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]);
+    // A header key that is missing is the client's fault: 400.
+    let mut service = RateLimitLayer::builder(
+        HeaderKey::new(http::HeaderName::from_static("x-api-key")),
+        bucket(),
+    )
+    .build()
+    .unwrap()
+    .layer(ok_service());
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-api-key", "")])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let long = "k".repeat(HeaderKey::MAX_LEN + 1);
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-api-key", &long)])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, headers) =
+        send(&mut service, request_from("192.0.2.1", &[("x-api-key", "k-1")])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text(&headers, "ratelimit").as_deref(), Some(r#""client";r=0;t=3600"#));
+}
+
+#[tokio::test(start_paused = true)]
+async fn allow_listed_keys_and_networks_pass_untouched() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_hour(1), 1).unwrap(),
+    )
+    .allow_keys([token_bucket::http::ClientKey::from(
+        "192.0.2.7".parse::<IpAddr>().unwrap(),
+    )])
+    .allow_cidrs(["198.51.100.0/24".parse().unwrap()])
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    for peer in ["192.0.2.7", "198.51.100.200"] {
+        for _ in 0..3 {
+            let (status, headers) = send(&mut service, request_from(peer, &[])).await;
+            assert_eq!(status, StatusCode::OK, "{peer}");
+            assert_eq!(headers.get("ratelimit"), None, "{peer}");
+        }
+    }
+    assert_eq!(layer.per_key().len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shadow_mode_counts_but_never_refuses() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        FixedWindow::new(2, Duration::from_secs(60)).unwrap(),
+    )
+    .shadow()
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers.get("retry-after"), None);
+        seen.push(text(&headers, "ratelimit").unwrap());
+    }
+    assert_eq!(
+        seen,
+        [
+            r#""client";r=1;t=60"#,
+            r#""client";r=0;t=60"#,
+            r#""client";r=0;t=60"#,
+            r#""client";r=0;t=60"#,
+        ]
+    );
+    assert_eq!(layer.shadow_refusals(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_requests_pass_in_order_within_the_bound() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_second(2), 1).unwrap(),
+    )
+    .wait_up_to(Duration::from_secs(1))
+    .build()
+    .unwrap();
+    let service = layer.layer(ok_service());
+    let start = tokio::time::Instant::now();
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let mut service = service.clone();
+        calls.push(tokio::spawn(async move {
+            let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+            (status, start.elapsed())
+        }));
+        // Each joins the line in turn.
+        tokio::task::yield_now().await;
+    }
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    // At once, then every 500 ms; the fourth would pass at 1.5 s, past the bound.
+    assert_eq!(
+        answers,
+        [
+            (StatusCode::OK, Duration::ZERO),
+            (StatusCode::OK, Duration::from_millis(500)),
+            (StatusCode::OK, Duration::from_millis(1_000)),
+            (StatusCode::TOO_MANY_REQUESTS, Duration::ZERO),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_estimate_is_settled_from_the_true_cost() {
+    let layer = RateLimitLayer::builder(GlobalKey, TokenBucket::new(Rate::per_hour(1), 100).unwrap())
+        .global(TokenBucket::new(Rate::per_hour(1), 1_000).unwrap())
+        .cost(|head| {
+            (head.headers.get("x-estimate"))
+                .and_then(|value| value.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .settle(Settle::Extension)
+        .build()
+        .unwrap();
+    // The handler reports the true cost: 7 tokens.
+    let mut service = layer.layer(tower::service_fn(|_request: Request<()>| async {
+        let mut response = Response::new(String::new());
+        response.extensions_mut().insert(ActualCost(7));
+        Ok::<_, Infallible>(response)
+    }));
+    let (status, headers) =
+        send(&mut service, request_from("192.0.2.1", &[("x-estimate", "40")])).await;
+    assert_eq!(status, StatusCode::OK);
+    // The headers say what the decision saw: 40 charged...
+    assert_eq!(
+        text(&headers, "ratelimit").as_deref(),
+        Some(r#""client";r=60;t=144000, "global";r=960;t=144000"#)
+    );
+    // ...and 33 came back to both once the response said 7.
+    assert_eq!(layer.per_key().quota(&()).unwrap().remaining, 93);
+    // An under-estimate takes the excess as far as there is: 93, less 1 charged, less 6.
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-estimate", "1")])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(layer.per_key().quota(&()).unwrap().remaining, 86);
+    // A cost no limit ever admits: 429 with no Retry-After, since waiting cannot help.
+    let (status, headers) =
+        send(&mut service, request_from("192.0.2.1", &[("x-estimate", "101")])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers.get("retry-after"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_key_table_answers_503_with_retry_after() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        SlidingLog::new(2, Duration::from_secs(30)).unwrap(),
+    )
+    .max_keys(1)
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, headers) = send(&mut service, request_from("192.0.2.2", &[])).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("30"));
+    assert_eq!(headers.get("ratelimit"), None);
+    // Once the first client's window is empty it is forgotten to make room.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let (status, _) = send(&mut service, request_from("192.0.2.2", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_call_is_refused_with_resource_exhausted() {
+    let mut service = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_hour(1), 1).unwrap(),
+    )
+    .build()
+    .unwrap()
+    .layer(ok_service());
+    let grpc = [("content-type", "application/grpc+proto")];
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &grpc)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &grpc)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text(&headers, "grpc-status").as_deref(), Some("8"));
+    assert_eq!(text(&headers, "content-type").as_deref(), Some("application/grpc"));
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("3600"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_refusal_hook_builds_the_response_and_legacy_fields_are_opt_in() {
+    let layer = RateLimitLayer::builder(
+        key_fn(|head| match head.uri.path() {
+            "/" => Ok("root"),
+            _ => Err(KeyError::Other {
+                status: StatusCode::NOT_FOUND,
+                reason: "no such tenant".into(),
+            }),
+        }),
+        FixedWindow::new(1, Duration::from_secs(60)).unwrap(),
+    )
+    .legacy_headers()
+    .policy_names("tenant", "all")
+    .on_refusal(|refusal| {
+        let mut response = Response::new(format!("{{\"refused\":\"{refusal}\"}}"));
+        *response.status_mut() = refusal.status();
+        response.headers_mut().extend(refusal.headers().clone());
+        if let RefusalKind::Limited { retry_after } = refusal.kind() {
+            assert_eq!(*retry_after, Duration::from_secs(60));
+        }
+        response
+    })
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    let (_, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(text(&headers, "x-ratelimit-limit").as_deref(), Some("1"));
+    assert_eq!(text(&headers, "x-ratelimit-remaining").as_deref(), Some("0"));
+    assert_eq!(text(&headers, "x-ratelimit-reset").as_deref(), Some("60"));
+    assert_eq!(
+        text(&headers, "ratelimit-policy").as_deref(),
+        Some(r#""tenant";q=1;w=60"#)
+    );
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request_from("192.0.2.1", &[]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        response.body(),
+        "{\"refused\":\"too many requests; retry after 60s\"}"
+    );
+    let mut elsewhere = Request::get("/other").body(()).unwrap();
+    elsewhere
+        .extensions_mut()
+        .insert(SocketAddr::from(([192, 0, 2, 1], 1)));
+    let response = service.ready().await.unwrap().call(elsewhere).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn bad_settings_are_refused_with_what_was_wrong() {
+    let bucket = || TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let zero_keys = RateLimitLayer::builder(GlobalKey, bucket()).max_keys(0).build();
+    assert_eq!(
+        zero_keys.unwrap_err(),
+        BuildError::Config(ConfigError::ZeroMaxKeys)
+    );
+    let bad_name = RateLimitLayer::builder(GlobalKey, bucket())
+        .policy_names("per\nclient", "global")
+        .build();
+    let error = bad_name.unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::InvalidPolicyName {
+            name: "per\nclient".into()
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "the policy name \"per\\nclient\" cannot stand in a header field: use non-empty \
+         visible ASCII and spaces"
+    );
+}
