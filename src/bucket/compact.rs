@@ -13,6 +13,7 @@ use crate::bucket::state::Settings;
 use crate::bucket::units::{Units, COMPACT};
 use crate::clock::Clock;
 use crate::error::TryTakeError;
+use crate::quota::Quota;
 use crate::rate::Rate;
 
 /// The settings every compact key of one template shares.
@@ -75,24 +76,22 @@ impl CompactBucket {
     ) -> Result<(), TryTakeError> {
         // The base plays no part in taking: only in reading the clock.
         let units = &self.units;
-        if tokens == 0 {
-            return Ok(());
-        }
-        if tokens > units.capacity {
-            return Err(TryTakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: units.capacity,
-            });
-        }
-        match units.take(*word, tokens, now_units) {
-            Ok(end) => {
-                *word = end;
-                Ok(())
-            }
-            Err(short) => Err(TryTakeError::Insufficient {
-                retry_after: units.wait(short),
-            }),
-        }
+        *word = units
+            .decide(*word, tokens, now_units)
+            .map_err(|refusal| units.error(tokens, refusal))?;
+        Ok(())
+    }
+
+    /// The [`Quota`] of `word` at `now_units`, as the bucket's would be.
+    #[inline]
+    pub(crate) fn quota(&self, word: u64, now_units: u64) -> Quota {
+        self.units.quota(word, now_units)
+    }
+
+    /// Gives `tokens` back to `word` at `now_units`, up to a full bucket, as the bucket's
+    /// `refund` would.
+    pub(crate) fn refund(&self, word: &mut u64, tokens: u64, now_units: u64) {
+        *word = self.units.refund(*word, tokens, now_units);
     }
 
     /// Whether `word` is a full bucket at `now_units`: a fresh one would behave the same.

@@ -48,8 +48,9 @@ use std::time::Duration;
 
 use crate::bucket::counters::Counters;
 use crate::bucket::ledger::Ledger;
-use crate::bucket::units::{Units, REBASE_AT_WORD as REBASE_AT, WORD};
+use crate::bucket::units::{Refusal, Units, REBASE_AT_WORD as REBASE_AT, WORD};
 use crate::error::TryTakeError;
+use crate::quota::Quota;
 use crate::rate::Rate;
 use crate::sync::AtomicU64;
 
@@ -60,18 +61,10 @@ const EPOCH_SHIFT: u32 = 55;
 const EPOCH_MASK: u64 = 0xFF << EPOCH_SHIFT;
 /// `empty_at`, in units since the base minus a capacity's worth (so never negative).
 const FIELD_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
-/// Why a try at taking on the fast path was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refusal {
-    ExceedsCapacity {
-        capacity: u64,
-    },
-    /// The tokens are not there yet: `short` units are missing, in the units of `units`.
-    TooEarly {
-        short: u64,
-        units: Units,
-    },
-}
+
+/// What one attempt decided: taken, or refused, with why and the units of the word it
+/// was refused on (what its `retry_after` is counted in).
+type Outcome = Result<(), (Refusal, Units)>;
 
 /// What the fast path saw in the word: everything it needs, read consistently.
 #[derive(Debug, Clone, Copy)]
@@ -164,60 +157,71 @@ impl FastPath {
     /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
     #[inline]
     pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
-        Some(
-            self.attempt(tokens, now)?
-                .map_err(|refusal| self.refuse(tokens, refusal)),
-        )
+        // Reading nothing more: the compiler drops the reading altogether.
+        let (outcome, ()) = self.attempt(tokens, now, |_, _, _| ())?;
+        Some(outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units)))
+    }
+
+    /// [`try_take`](FastPath::try_take), and the [`Quota`] it leaves, read from the word
+    /// the compare-and-swap wrote (or the refusal was decided on) at the same `now`.
+    #[inline]
+    pub(crate) fn try_take_quota(
+        &self,
+        tokens: u64,
+        now: u64,
+    ) -> Option<(Result<(), TryTakeError>, Quota)> {
+        let (outcome, quota) = self.attempt(tokens, now, Units::quota)?;
+        let result = outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units));
+        Some((result, quota))
     }
 
     /// The error for a refused attempt, counted. Out of line: refusals are the rarer
     /// outcome, and the taking path inlined into callers stays small without them.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, tokens: u64, refusal: Refusal) -> TryTakeError {
+    fn refuse(&self, tokens: u64, refusal: Refusal, units: Units) -> TryTakeError {
         self.counters.add_denied(1);
-        match refusal {
-            Refusal::ExceedsCapacity { capacity } => TryTakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity,
-            },
-            Refusal::TooEarly { short, units } => TryTakeError::Insufficient {
-                retry_after: units.wait(short),
-            },
-        }
+        units.error(tokens, refusal)
     }
 
     /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,
     /// `false` when the lock must decide (to queue, refuse or time out the request).
     #[inline]
     pub(crate) fn take_now(&self, tokens: u64, now: u64) -> bool {
-        matches!(self.attempt(tokens, now), Some(Ok(())))
+        matches!(self.attempt(tokens, now, |_, _, _| ()), Some((Ok(()), ())))
     }
 
-    /// One try at taking `tokens` at `now`, by compare-and-swap until it is decided.
+    /// One try at taking `tokens` at `now`, by compare-and-swap until it is decided, and
+    /// `read` of the word it was decided on (the one it wrote, when it took) at the same
+    /// `now`: called with the word's units, its `empty_at` and `now` in those units.
     /// `None`: the word is seized, or its base must move, so the lock must decide.
-    #[inline]
-    fn attempt(&self, tokens: u64, now: u64) -> Option<Result<(), Refusal>> {
+    #[inline(always)]
+    fn attempt<R>(
+        &self,
+        tokens: u64,
+        now: u64,
+        read: impl FnOnce(&Units, u64, u64) -> R,
+    ) -> Option<(Outcome, R)> {
         loop {
             let seen = self.see()?;
             let units = seen.units;
-            // The word is open, so the bucket is; and taking nothing passes nobody.
-            if tokens == 0 {
-                return Some(Ok(()));
-            }
-            if tokens > units.capacity {
-                let capacity = units.capacity;
-                return Some(Err(Refusal::ExceedsCapacity { capacity }));
-            }
             let now_units = units.at(now)?;
-            match units.take(seen.empty_at(), tokens, now_units) {
+            match units.decide(seen.empty_at(), tokens, now_units) {
                 Ok(end) => {
-                    if self.swap(&seen, end) {
+                    // The word is open, so the bucket is; and taking nothing passes nobody
+                    // and changes nothing, so it writes nothing.
+                    if tokens > 0 {
+                        if !self.swap(&seen, end) {
+                            continue;
+                        }
                         self.counters.add_taken(tokens);
-                        return Some(Ok(()));
                     }
+                    return Some((Ok(()), read(&units, end, now_units)));
                 }
-                Err(short) => return Some(Err(Refusal::TooEarly { short, units })),
+                Err(refusal) => {
+                    let reading = read(&units, seen.empty_at(), now_units);
+                    return Some((Err((refusal, units)), reading));
+                }
             }
         }
     }
@@ -230,11 +234,23 @@ impl FastPath {
             .is_ok()
     }
 
-    /// Whole tokens held at `now`, if nobody waits.
-    pub(crate) fn available(&self, now: u64) -> Option<u64> {
+    /// `read` of the word at `now`, if nobody waits: called with the word's units, its
+    /// `empty_at` and `now` in those units.
+    #[inline]
+    fn read<R>(&self, now: u64, read: impl FnOnce(&Units, u64, u64) -> R) -> Option<R> {
         let seen = self.see()?;
         let now_units = seen.units.at(now)?;
-        Some(seen.units.tokens(seen.empty_at(), now_units))
+        Some(read(&seen.units, seen.empty_at(), now_units))
+    }
+
+    /// Whole tokens held at `now`, if nobody waits.
+    pub(crate) fn available(&self, now: u64) -> Option<u64> {
+        self.read(now, Units::tokens)
+    }
+
+    /// The [`Quota`] at `now`, if nobody waits.
+    pub(crate) fn quota(&self, now: u64) -> Option<Quota> {
+        self.read(now, Units::quota)
     }
 
     /// Whether `tokens` are held at `now` with nobody waiting: `wait(tokens)` is served

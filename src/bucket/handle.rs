@@ -17,7 +17,7 @@ use crate::bucket::builder::Builder;
 use crate::bucket::fast::FastPath;
 use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::ledger::Ledger;
-use crate::bucket::limits::Limit;
+use crate::bucket::limits::{self, Limit};
 use crate::bucket::outcomes::{Published, Read};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
@@ -26,6 +26,7 @@ use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
 
@@ -447,6 +448,83 @@ impl TokenBucket {
     #[inline(never)]
     fn try_take_locked(&self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
         self.update_at(now, |state, now| state.try_take(tokens, now))
+    }
+
+    /// [`try_take`](TokenBucket::try_take), and the [`Quota`] it leaves, read in the same
+    /// step: on the fast path from the word its compare-and-swap wrote (or its refusal
+    /// was decided on) at the same instant, else in the same lock section.
+    #[inline]
+    pub(crate) fn try_take_quota(&self, tokens: u64) -> (Result<(), TryTakeError>, Quota) {
+        let now = self.shared.clock.now();
+        match self.shared.fast.try_take_quota(tokens, now) {
+            Some(decided) => decided,
+            None => self.try_take_quota_locked(tokens, now),
+        }
+    }
+
+    /// `try_take_quota` when the word sends it to the lock: out of line, as
+    /// `try_take_locked` is.
+    #[inline(never)]
+    fn try_take_quota_locked(&self, tokens: u64, now: u64) -> (Result<(), TryTakeError>, Quota) {
+        self.update_at(now, |state, now| {
+            let result = state.try_take(tokens, now);
+            (result, state.quota(now))
+        })
+    }
+
+    /// The bucket's [`Quota`] now, counting nothing.
+    pub(crate) fn quota_now(&self) -> Quota {
+        let now = self.shared.clock.now();
+        if let Some(quota) = self.shared.fast.quota(now) {
+            return quota;
+        }
+        self.update_at(now, State::quota)
+    }
+
+    /// The first limit's [`Policy`] (limit 0, the one [`Builder::rate`] and
+    /// [`Builder::capacity`] set).
+    pub(crate) fn first_policy(&self) -> Policy {
+        let now = self.shared.clock.now();
+        if let Some((rate, capacity, _)) = self.shared.fast.settings_and_tokens(now) {
+            return limits::policy(rate, capacity);
+        }
+        let state = self.shared.lock(now);
+        let first = state.policies().next();
+        first.expect("a bucket has a limit")
+    }
+
+    /// Each limit's budget as a [`Policy`], in order: limit 0 first (the one
+    /// [`Builder::rate`] and [`Builder::capacity`] set, whose policy is
+    /// [`Limiter::policy`](crate::Limiter::policy)), then those [`Builder::limit`]
+    /// added. A limit's policy is its capacity per the time its rate takes to fill it from
+    /// empty, rounded up to the nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Policy, Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(10))
+    ///     .capacity(20)
+    ///     .limit(Rate::per_hour(1_000), 1_000)
+    ///     .build()?;
+    /// assert_eq!(
+    ///     bucket.policies(),
+    ///     [
+    ///         Policy { limit: 20, window: Duration::from_secs(2) },
+    ///         Policy { limit: 1_000, window: Duration::from_secs(3_600) },
+    ///     ]
+    /// );
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn policies(&self) -> Vec<Policy> {
+        if self.limit_count() == 1 {
+            return vec![self.first_policy()];
+        }
+        self.shared
+            .lock(self.shared.clock.now())
+            .policies()
+            .collect()
     }
 
     /// Takes `tokens`, waiting in first-in, first-out order until they are there.

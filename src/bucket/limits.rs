@@ -39,11 +39,14 @@
 //! first limit's record is the one whose counts are settled; the others' keep the same
 //! counts.
 
+use std::time::Duration;
+
 use crate::bucket::ledger::Ledger;
 use crate::bucket::queue::{WaiterId, WaiterQueue};
 use crate::bucket::stats::LimitStats;
 use crate::bucket::unseen::Grants;
-use crate::clock::NEVER;
+use crate::clock::{duration_from_nanos, NEVER};
+use crate::quota::Policy;
 use crate::rate::Rate;
 
 /// Waiters ahead whose grants [`Limits::wait_behind`] replays one by one when there are
@@ -82,12 +85,33 @@ impl Limit {
             .saturating_sub(self.ledger.parts(period))
     }
 
+    /// The limit's budget: its capacity per the time its rate takes to fill it from
+    /// empty, rounded up to the nanosecond.
+    pub(crate) fn policy(&self) -> Policy {
+        policy(self.rate, self.capacity)
+    }
+
     fn stats(&self) -> LimitStats {
         LimitStats {
             rate: self.rate,
             capacity: self.capacity,
             available: self.ledger.tokens(),
         }
+    }
+}
+
+/// The budget of a limit of `rate` and `capacity`: its capacity per the time the rate
+/// takes to fill it from empty, rounded up to the nanosecond (`Duration::MAX` past what a
+/// `Duration` holds).
+pub(crate) fn policy(rate: Rate, capacity: u64) -> Policy {
+    let window = u128::from(capacity)
+        .checked_mul(rate.period_nanos())
+        .map_or(Duration::MAX, |parts| {
+            duration_from_nanos(parts.div_ceil(u128::from(rate.amount())))
+        });
+    Policy {
+        limit: capacity,
+        window,
     }
 }
 
@@ -411,43 +435,82 @@ impl Limits {
             let needed = queue.tokens_ahead_of(tokens);
             return self.first.ledger.time_until(needed, self.first.rate);
         }
-        self.replay_wait(queue, tokens, REPLAYED_AHEAD)
+        self.replay_wait(queue, |_| tokens, REPLAYED_AHEAD)
+    }
+
+    /// Nanoseconds from the ledgers' instant until every limit is full again, were
+    /// everyone in `queue` served first, in order, and nothing else taken; never shorter
+    /// than that, or [`NEVER`]. Full is each limit's own capacity: [`wait_behind`] for a
+    /// newcomer asking each limit for its capacity, and as exact.
+    ///
+    /// With one limit and waiters queued, the bucket holds less than the head asks, so
+    /// it never reaches its capacity before they are served: full once the tokens they
+    /// take and a capacity more have accrued. A composite's place at the head is the
+    /// exception: the bucket keeps filling, capped, while the composite waits for its
+    /// other members, and it is counted here as taking its tokens as they are there.
+    ///
+    /// [`wait_behind`]: Limits::wait_behind
+    pub(crate) fn full_behind(&self, queue: &WaiterQueue) -> u64 {
+        if self.is_single() {
+            let needed = queue.tokens_ahead_of(self.first.capacity);
+            return self.first.ledger.time_until(needed, self.first.rate);
+        }
+        if queue.is_empty() {
+            // The common case, without the replay's copy of the ledgers.
+            let until_full = self
+                .iter()
+                .map(|limit| (limit.ledger).time_until(u128::from(limit.capacity), limit.rate));
+            return until_full.max().unwrap_or(0);
+        }
+        self.replay_wait(queue, |limit| limit.capacity, REPLAYED_AHEAD)
     }
 
     /// [`wait_behind`](Limits::wait_behind) for several limits, replaying at most
-    /// `replayed` waiters ahead.
-    fn replay_wait(&self, queue: &WaiterQueue, tokens: u64, replayed: usize) -> u64 {
+    /// `replayed` waiters ahead, for a newcomer asking each limit for `newcomer(limit)`.
+    fn replay_wait(
+        &self,
+        queue: &WaiterQueue,
+        newcomer: impl Fn(&Limit) -> u64,
+        replayed: usize,
+    ) -> u64 {
         let start = self.last();
         let mut ledgers: Vec<Ledger> = self.iter().map(|limit| limit.ledger.clone()).collect();
         let mut at = start;
         let mut replayed_tokens: u64 = 0;
+        // `None` for the newcomer, last.
         let ahead = queue
             .requests()
-            .map(|request| (request.tokens, request.consumes()));
-        for (position, (need, consumes)) in ahead.chain([(tokens, tokens)]).enumerate() {
+            .map(|request| Some((request.tokens, request.consumes())));
+        for (position, request) in ahead.chain([None]).enumerate() {
             if position == replayed {
-                // Behind: everyone left in the queue, and the newcomer.
+                // Behind: everyone left in the queue, and the newcomer (as large as its
+                // largest need, which bounds it for every limit).
                 let count = queue.len() - replayed + 1;
+                let newcomer_tokens = self.iter().map(&newcomer).max().unwrap_or(0);
                 let rest = queue
                     .tokens()
                     .saturating_sub(replayed_tokens)
-                    .saturating_add(tokens);
+                    .saturating_add(newcomer_tokens);
                 return self.bound_from_empty(at, count, rest).saturating_sub(start);
             }
+            let need = |limit: &Limit| request.map_or_else(|| newcomer(limit), |(need, _)| need);
             let ready = self
                 .iter()
                 .zip(&ledgers)
-                .map(|(limit, ledger)| ledger.ready_at(need, limit.rate))
+                .map(|(limit, ledger)| ledger.ready_at(need(limit), limit.rate))
                 .max()
                 .unwrap_or(NEVER);
             if ready == NEVER {
                 return NEVER;
             }
+            at = ready;
+            let Some((need, consumes)) = request else {
+                break;
+            };
             for (limit, ledger) in self.iter().zip(&mut ledgers) {
                 ledger.advance_capped(ready, limit.rate, limit.capacity);
                 ledger.take(consumes);
             }
-            at = ready;
             replayed_tokens = replayed_tokens.saturating_add(need);
         }
         at - start
@@ -544,16 +607,16 @@ mod tests {
                         })
                         .collect();
                     let queue = queue_of(&requests);
-                    let exact = limits.replay_wait(&queue, 1, usize::MAX);
+                    let exact = limits.replay_wait(&queue, |_| 1, usize::MAX);
                     for replayed in 0..=requests.len() {
-                        let bound = limits.replay_wait(&queue, 1, replayed);
+                        let bound = limits.replay_wait(&queue, |_| 1, replayed);
                         assert!(
                             bound >= exact,
                             "{bound} < {exact} replaying {replayed}: {limits:?}"
                         );
                         cases += 1;
                     }
-                    assert_eq!(limits.replay_wait(&queue, 1, requests.len() + 1), exact);
+                    assert_eq!(limits.replay_wait(&queue, |_| 1, requests.len() + 1), exact);
                 }
             }
         }

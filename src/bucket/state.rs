@@ -25,8 +25,9 @@ use crate::bucket::outcomes::{Outcomes, Published};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
-use crate::clock::NEVER;
+use crate::clock::{duration_from_nanos, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 
 /// What the bucket's settings are when it is made.
@@ -681,6 +682,29 @@ impl State {
             timed_out: counted.timed_out.saturating_add(tally.timed_out),
             closed: self.closed,
         }
+    }
+
+    /// The [`Quota`] at `now`: the whole tokens held (the least over the limits), and how
+    /// long until every limit is full again were the waiters queued served and nothing
+    /// else taken (see [`Limits::full_behind`]), rounded up to the nanosecond. Measured
+    /// from `now`, though the ledgers may stand a little later (a racing caller read a
+    /// later clock): never short.
+    pub(crate) fn quota(&mut self, now: u64) -> Quota {
+        let served = self.serve(now);
+        let full_after = match self.limits.full_behind(&self.queue) {
+            // Past what a u64 of nanoseconds holds (584 years).
+            NEVER => Duration::MAX,
+            nanos => duration_from_nanos(u128::from(nanos) + u128::from(served - now)),
+        };
+        Quota {
+            remaining: self.limits.tokens(),
+            full_after,
+        }
+    }
+
+    /// Each limit's [`Policy`], in order.
+    pub(crate) fn policies(&self) -> impl Iterator<Item = Policy> + '_ {
+        self.limits.iter().map(Limit::policy)
     }
 
     /// Each limit at `now`, in order.

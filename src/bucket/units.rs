@@ -11,7 +11,19 @@
 use std::time::Duration;
 
 use crate::bucket::ledger::Ledger;
+use crate::error::TryTakeError;
+use crate::quota::Quota;
 use crate::rate::Rate;
+
+/// Why a word refuses to take tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    ExceedsCapacity,
+    /// The tokens are not there yet: `short` units are missing.
+    TooEarly {
+        short: u64,
+    },
+}
 
 /// How far a word's units may run: a word with flag bits beside its field holds less
 /// than one that is all field.
@@ -118,10 +130,67 @@ impl Units {
         }
     }
 
+    /// `try_take` on a word holding `empty_at`, at `now_units`, with nobody waiting: `Ok`
+    /// with the word's new `empty_at` (the same for zero tokens), or why not. The fast
+    /// path's word and a compact key decide with this one piece of arithmetic.
+    #[inline(always)]
+    pub(crate) fn decide(
+        &self,
+        empty_at: u64,
+        tokens: u64,
+        now_units: u64,
+    ) -> Result<u64, Refusal> {
+        if tokens == 0 {
+            return Ok(empty_at);
+        }
+        if tokens > self.capacity {
+            return Err(Refusal::ExceedsCapacity);
+        }
+        self.take(empty_at, tokens, now_units)
+            .map_err(|short| Refusal::TooEarly { short })
+    }
+
+    /// What `try_take` of `tokens` answers for `refusal`.
+    pub(crate) fn error(&self, tokens: u64, refusal: Refusal) -> TryTakeError {
+        match refusal {
+            Refusal::ExceedsCapacity => TryTakeError::ExceedsCapacity {
+                requested: tokens,
+                capacity: self.capacity,
+            },
+            Refusal::TooEarly { short } => TryTakeError::Insufficient {
+                retry_after: self.wait(short),
+            },
+        }
+    }
+
     /// Whole tokens held at `now_units`.
     pub(crate) fn tokens(&self, empty_at: u64, now_units: u64) -> u64 {
         let from = empty_at.max(now_units - self.full());
         now_units.saturating_sub(from) / self.per_token
+    }
+
+    /// The [`Quota`] of a word holding `empty_at`, at `now_units`: its whole tokens (the
+    /// fraction of the next dropped), and how long until it is full, rounded up to the
+    /// nanosecond so that it is never early.
+    #[inline]
+    pub(crate) fn quota(&self, empty_at: u64, now_units: u64) -> Quota {
+        let from = empty_at.max(now_units - self.full());
+        // What is missing from a full bucket: the units from a full bucket's worth ago
+        // up to `from`.
+        let missing = from - (now_units - self.full());
+        Quota {
+            remaining: now_units.saturating_sub(from) / self.per_token,
+            full_after: self.wait(missing),
+        }
+    }
+
+    /// The `empty_at` of a word holding `empty_at` once `tokens` are given back at
+    /// `now_units`: never more than a full bucket, as the ledger's refund caps.
+    pub(crate) fn refund(&self, empty_at: u64, tokens: u64, now_units: u64) -> u64 {
+        let full_since = now_units - self.full();
+        let from = empty_at.max(full_since);
+        from.saturating_sub(tokens.saturating_mul(self.per_token))
+            .max(full_since)
     }
 
     /// Nanoseconds until `short` more units have accrued, rounded up: never early.

@@ -3,10 +3,11 @@
 use std::fmt;
 use std::future::Future;
 
-use crate::composite::held::try_all;
+use crate::composite::few::Few;
+use crate::composite::held::{try_all, try_each};
 use crate::composite::member::{check_distinct, Members};
 use crate::composite::waiting::acquire_all;
-use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError};
+use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireError};
 
 /// A composite of independent limiters that admits a request only when every one of them
 /// does, at one instant, and then counts it in every one: a per-user and a global
@@ -167,6 +168,19 @@ impl<M: Members> All<M> {
         M: Sync,
     {
         acquire_all(self.members.parts().0, permits)
+    }
+
+    /// [`try_acquire`](All::try_acquire), refused with each refusing member's own answer,
+    /// with its position among those given to [`all`]: for a caller that must say which
+    /// member refused. A refusing bucket counts a denial, as `try_acquire`'s does.
+    // Called by `Keyed`'s joint decision (`keyed/joint.rs`), only from tests until the
+    // HTTP layer is merged.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn try_acquire_each(
+        &self,
+        permits: u64,
+    ) -> Result<(), Few<(usize, TryAcquireError)>> {
+        try_each(&self.members.parts().0, permits, true)
     }
 
     /// The members, as given to [`all`].

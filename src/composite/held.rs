@@ -60,10 +60,18 @@ pub(crate) fn try_all(
     permits: u64,
     count_denials: bool,
 ) -> Result<(), TryAcquireAllError> {
+    try_each(parts, permits, count_denials).map_err(|refusals| summary(&refusals))
+}
+
+/// [`try_all`], refused with each refusing member's own answer, with its position among
+/// those given to `all`.
+pub(crate) fn try_each(
+    parts: &Few<Indexed<'_>>,
+    permits: u64,
+    count_denials: bool,
+) -> Result<(), Few<(usize, TryAcquireError)>> {
     let (mut held, moment) = lock_all(parts);
-    let mut refused: Option<(usize, TryAcquireError)> = None;
-    let mut retry_after = Duration::ZERO;
-    let mut limited = false;
+    let mut refusals = Few::new();
     for member in held.iter_mut() {
         let verdict = match &mut member.held {
             Held::Bucket(state) => {
@@ -78,25 +86,12 @@ pub(crate) fn try_all(
             Held::Window { .. } if permits == 0 => Ok(()),
             Held::Window { held, .. } => held.check(permits),
         };
-        match verdict {
-            Ok(()) => {}
-            Err(TryAcquireError::Limited { retry_after: wait }) => {
-                limited = true;
-                retry_after = retry_after.max(wait);
-            }
-            Err(error) => {
-                // The first member given, of those refusing for good.
-                if refused.map_or(true, |(first, _)| member.member < first) {
-                    refused = Some((member.member, error));
-                }
-            }
+        if let Err(error) = verdict {
+            refusals.push((member.member, error));
         }
     }
-    if let Some((member, error)) = refused {
-        return Err(TryAcquireAllError::Member { member, error });
-    }
-    if limited {
-        return Err(TryAcquireAllError::Limited { retry_after });
+    if refusals.iter().next().is_some() {
+        return Err(refusals);
     }
     for member in held.iter_mut() {
         match &mut member.held {
@@ -108,6 +103,29 @@ pub(crate) fn try_all(
         }
     }
     Ok(())
+}
+
+/// The composite's refusal from its members': the first member given, of those refusing
+/// for good; else the latest `retry_after` of those refusing for now.
+fn summary(refusals: &Few<(usize, TryAcquireError)>) -> TryAcquireAllError {
+    let mut refused: Option<(usize, TryAcquireError)> = None;
+    let mut retry_after = Duration::ZERO;
+    for &(member, error) in refusals.iter() {
+        match error {
+            TryAcquireError::Limited { retry_after: wait } => {
+                retry_after = retry_after.max(wait);
+            }
+            error => {
+                if refused.map_or(true, |(first, _)| member < first) {
+                    refused = Some((member, error));
+                }
+            }
+        }
+    }
+    match refused {
+        Some((member, error)) => TryAcquireAllError::Member { member, error },
+        None => TryAcquireAllError::Limited { retry_after },
+    }
 }
 
 /// The instant `at` on `clock` as a tokio instant; `None` for never.

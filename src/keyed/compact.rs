@@ -14,6 +14,7 @@ use crate::bucket::compact::CompactBucket;
 use crate::bucket::TokenBucket;
 use crate::error::TryAcquireError;
 use crate::limiter::{try_acquire_error, Limiter};
+use crate::quota::{Decision, Quota};
 use crate::window::FixedWindow;
 
 /// The compact form of one template's keys.
@@ -95,6 +96,41 @@ impl<L: Limiter> Compact<L> {
                 .try_take(word, permits, reading)
                 .map_err(try_acquire_error),
             Form::Window(window) => window.try_acquire_word(word, permits, reading),
+        }
+    }
+
+    /// The [`Quota`] of the limiter `word` stands for, at the [`reading`](Compact::reading)
+    /// of now, as its limiter would report it with nobody waiting.
+    #[inline]
+    pub(crate) fn quota(&self, word: u64, reading: u64) -> Quota {
+        match &self.form {
+            Form::Bucket(bucket) => bucket.quota(word, reading),
+            Form::Window(window) => window.quota_of_word(word, reading),
+        }
+    }
+
+    /// [`try_acquire`](Compact::try_acquire) on a key's `word`, and the quota it leaves,
+    /// read from the word it decided on at the same reading.
+    #[inline]
+    pub(crate) fn try_acquire_decision(
+        &self,
+        word: &mut u64,
+        permits: u64,
+        reading: u64,
+    ) -> Decision {
+        let result = self.try_acquire(word, permits, reading);
+        Decision {
+            result,
+            quota: Some(self.quota(*word, reading)),
+        }
+    }
+
+    /// `refund` on a key's `word`, as its limiter would with nobody waiting, at the
+    /// [`reading`](Compact::reading) of now.
+    pub(crate) fn refund(&self, word: &mut u64, permits: u64, reading: u64) {
+        match &self.form {
+            Form::Bucket(bucket) => bucket.refund(word, permits, reading),
+            Form::Window(window) => window.refund_word(word, permits, reading),
         }
     }
 

@@ -4,8 +4,13 @@
 //!
 //! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
 //! - `compact.rs`: which templates have a one-word form, and its operations.
+//! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
+// Used by the HTTP layer (issue 22), which is built beside this; until it is merged, only
+// the tests call it.
+#[cfg_attr(not(test), allow(dead_code))]
+mod joint;
 mod shard;
 
 use std::borrow::Borrow;
@@ -23,6 +28,7 @@ use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
+use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicUsize, Mutex, MutexGuard};
 
 /// The most shards a [`Keyed`] accepts.
@@ -201,9 +207,9 @@ struct Inner<K, L> {
 struct ShardLock<K, L>(Mutex<Shard<K, L>>);
 
 /// Where a call stands once its key's slot was looked at under the shard's lock.
-enum Step<L, E = TryAcquireError> {
+enum Step<L, D = Result<(), TryAcquireError>> {
     /// Decided on the key's word.
-    Decided(Result<(), E>),
+    Decided(D),
     /// To be asked of the key's whole limiter, with the lock released.
     Call(Arc<L>),
 }
@@ -403,6 +409,149 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         }
     }
 
+    /// [`try_acquire`](Keyed::try_acquire) for `key`, and the [`Quota`] it leaves the
+    /// key, read in the same step (see [`Limiter::try_acquire_decision`]): what the
+    /// `RateLimit` header field of a response to this key needs. The key rules are those
+    /// of `try_acquire`: a new key gets a fresh limiter, and a key held as a word is
+    /// decided on its word, the quota read from the word it decided on at the same
+    /// reading of the clock; a key held whole is asked its limiter's own
+    /// `try_acquire_decision`.
+    ///
+    /// # Errors
+    ///
+    /// In [`Decision::result`], those of [`try_acquire`](Keyed::try_acquire). A new key
+    /// refused with [`TryAcquireError::TooManyKeys`] has no limiter, so no quota: the
+    /// decision's `quota` is `None` then, and always `Some` otherwise for the crate's own
+    /// limiters.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Keyed, Quota, Rate, TokenBucket, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_key: Keyed<&str, TokenBucket> =
+    ///     Keyed::builder(TokenBucket::new(Rate::per_second(10), 10)?).max_keys(1).build()?;
+    /// let decision = per_key.try_acquire_decision("alice", 4);
+    /// assert_eq!(decision.result, Ok(()));
+    /// assert_eq!(
+    ///     decision.quota,
+    ///     Some(Quota { remaining: 6, full_after: Duration::from_millis(400) })
+    /// );
+    /// let decision = per_key.try_acquire_decision("bob", 1);
+    /// assert_eq!(decision.result, Err(TryAcquireError::TooManyKeys { max_keys: 1 }));
+    /// assert_eq!(decision.quota, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire_decision<Q>(&self, key: &Q, permits: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let decided = self.with_slot(self.hash(key), key, |slot, at| {
+            step(slot, at, |compact, word, reading| {
+                compact.try_acquire_decision(word, permits, reading)
+            })
+        });
+        match decided {
+            Ok(Step::Decided(decision)) => decision,
+            Ok(Step::Call(limiter)) => limiter.try_acquire_decision(permits),
+            Err(TooManyKeys { max_keys }) => Decision {
+                result: Err(TryAcquireError::TooManyKeys { max_keys }),
+                quota: None,
+            },
+        }
+    }
+
+    /// The budget of every key: the template's [`Limiter::policy`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Keyed, Policy, Rate, TokenBucket};
+    ///
+    /// let per_key: Keyed<u64, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(1), 60)?);
+    /// assert_eq!(per_key.policy(), Some(Policy { limit: 60, window: Duration::from_secs(60) }));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn policy(&self) -> Option<Policy> {
+        self.inner.template.policy()
+    }
+
+    /// The [`Quota`] of `key` now, counting nothing (see [`Limiter::quota`]). A key not
+    /// held is a fresh limiter's, whole: its quota is the full one, and it is not added.
+    /// A key held as a word is read from its word; one held whole, from its limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Keyed, Quota, Rate, TokenBucket};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_key: Keyed<u64, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(2), 4)?);
+    /// assert_eq!(per_key.quota(&7), Some(Quota { remaining: 4, full_after: Duration::ZERO }));
+    /// assert!(per_key.is_empty(), "asking adds no key");
+    /// per_key.try_acquire(&7, 3)?;
+    /// assert_eq!(
+    ///     per_key.quota(&7),
+    ///     Some(Quota { remaining: 1, full_after: Duration::from_millis(1_500) })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quota<Q>(&self, key: &Q) -> Option<Quota>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let held = self.with_held(
+            key,
+            |compact, word, reading| Some(compact.quota(*word, reading)),
+            Limiter::quota,
+        );
+        held.unwrap_or_else(|| self.inner.template.quota())
+    }
+
+    /// Gives `permits` back to `key`, for work that did not happen or cost less than
+    /// charged: on its word when it is held as one, as its limiter's own
+    /// [`refund`](Limiter::refund) would, else through its whole limiter's `refund`. A key
+    /// not held has a fresh limiter's full budget: nothing to give back, and no key is
+    /// added. The limiter never admits more than its limit because of a refund; see
+    /// [`Limiter::refund`] for whose permits each kind gives back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{Keyed, Rate, TokenBucket};
+    ///
+    /// let per_key: Keyed<&str, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_hour(1), 10)?);
+    /// // Charge an estimate up front...
+    /// per_key.try_acquire("alice", 8)?;
+    /// // ...and settle once the work cost 3: the other 5 go back.
+    /// per_key.refund("alice", 5);
+    /// assert_eq!(per_key.quota("alice").map(|quota| quota.remaining), Some(7));
+    /// per_key.refund("bob", 5); // not held: nothing to do
+    /// assert_eq!(per_key.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund<Q>(&self, key: &Q, permits: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with_held(
+            key,
+            |compact, word, reading| compact.refund(word, permits, reading),
+            |limiter| limiter.refund(permits),
+        );
+    }
+
     /// Acquires `permits` for `key`, waiting first in, first out behind the other waiters
     /// of that key until its limiter allows. Other keys are not held up.
     ///
@@ -571,11 +720,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hash(key);
-        let mut shard = self.shard(hash);
-        let at = shard.at(self.inner.compact.as_ref());
-        let mut slot = shard.get_mut(hash, key)?;
-        Some(slot.whole(at.as_ref()))
+        self.visit_held(key, |mut slot, at| slot.whole(at))
     }
 
     /// Whether `key` is held as its whole limiter (`Some(true)`) or as its state word
@@ -719,6 +864,44 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         }
     }
 
+    /// `on_word` of `key`'s word, under its shard's lock, when the key is held as one (or
+    /// folds into one now); else `whole` of its whole limiter, with the lock released.
+    /// `None` when the key is not held: no key is added.
+    fn with_held<Q, R>(
+        &self,
+        key: &Q,
+        on_word: impl FnOnce(&Compact<L>, &mut u64, u64) -> R,
+        whole: impl FnOnce(&L) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // The shard's lock is released as `visit_held` returns.
+        match self.visit_held(key, |slot, at| step(slot, at, on_word))? {
+            Step::Decided(decided) => Some(decided),
+            Step::Call(limiter) => Some(whole(&limiter)),
+        }
+    }
+
+    /// Runs `visit` on `key`'s slot under its shard's lock, if the key is held; `None`,
+    /// adding no key, if not.
+    fn visit_held<Q, R>(
+        &self,
+        key: &Q,
+        visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let at = shard.at(self.inner.compact.as_ref());
+        let slot = shard.get_mut(hash, key)?;
+        Some(visit(slot, at.as_ref()))
+    }
+
     /// Adds `key`, new, to `shard` (sweeping it first if it is due), and returns where its
     /// words are read now; `None` when there is no room for it.
     #[cold]
@@ -836,14 +1019,27 @@ fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
     shard.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
-/// now), else to be asked of its whole limiter.
+/// A call on a key's slot: `decide` on its word when it is one (or folds into one now),
+/// else its whole limiter, to be asked with the lock released.
 #[inline(always)]
-fn try_step<L: Limiter>(mut slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
-    match on_word(&mut slot, at, permits) {
+fn step<L: Limiter, D>(
+    mut slot: Slot<'_, L>,
+    at: Option<&At<'_, L>>,
+    decide: impl FnOnce(&Compact<L>, &mut u64, u64) -> D,
+) -> Step<L, D> {
+    match on_word(&mut slot, at, decide) {
         Some(decided) => Step::Decided(decided),
         None => Step::Call(slot.whole(at)),
     }
+}
+
+/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
+/// now), else to be asked of its whole limiter.
+#[inline(always)]
+fn try_step<L: Limiter>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
+    step(slot, at, |compact, word, reading| {
+        compact.try_acquire(word, permits, reading)
+    })
 }
 
 /// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
@@ -853,8 +1049,11 @@ fn acquire_step<L: Limiter>(
     mut slot: Slot<'_, L>,
     at: Option<&At<'_, L>>,
     permits: u64,
-) -> Step<L, AcquireError> {
-    match on_word(&mut slot, at, permits) {
+) -> Step<L, Result<(), AcquireError>> {
+    let decided = on_word(&mut slot, at, |compact, word, reading| {
+        compact.try_acquire(word, permits, reading)
+    });
+    match decided {
         Some(Ok(())) => Step::Decided(Ok(())),
         Some(Err(TryAcquireError::ExceedsLimit { requested, limit })) => {
             Step::Decided(Err(AcquireError::ExceedsLimit { requested, limit }))
@@ -864,16 +1063,17 @@ fn acquire_step<L: Limiter>(
     }
 }
 
-/// `try_acquire` on a key's word, if the key is one (or folds into one now).
+/// `decide` on a key's word, with the compact form and the reading of now, if the key is
+/// one (or folds into one now).
 #[inline(always)]
-fn on_word<L: Limiter>(
+fn on_word<L: Limiter, D>(
     slot: &mut Slot<'_, L>,
     at: Option<&At<'_, L>>,
-    permits: u64,
-) -> Option<Result<(), TryAcquireError>> {
+    decide: impl FnOnce(&Compact<L>, &mut u64, u64) -> D,
+) -> Option<D> {
     let at = at?;
     let word = slot.word(at)?;
-    Some(at.compact.try_acquire(word, permits, at.reading))
+    Some(decide(at.compact, word, at.reading))
 }
 
 /// What a `Keyed::acquire` future owns: its key, and the key's whole limiter once it

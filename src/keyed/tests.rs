@@ -312,3 +312,232 @@ async fn settings_changed_through_a_clone_of_the_template_change_no_key() {
     // A key made whole is made with the same settings as a word.
     assert_eq!(keyed.get(&0).unwrap().rate(), Rate::per_second(1));
 }
+
+// ----- A key's limit and a global one, decided together (`joint.rs`) -----------------
+
+use crate::keyed::joint::{Joint, JointRefusal};
+use crate::quota::Quota;
+
+fn quota(remaining: u64, full_after: Duration) -> Option<Quota> {
+    Some(Quota {
+        remaining,
+        full_after,
+    })
+}
+
+fn refused_by_key(retry_after: Duration) -> Result<(), JointRefusal> {
+    Err(JointRefusal::Key(TryAcquireError::Limited { retry_after }))
+}
+
+fn refused_by_global(retry_after: Duration) -> Result<(), JointRefusal> {
+    Err(JointRefusal::Global(TryAcquireError::Limited {
+        retry_after,
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_on_a_word_counts_in_both_or_in_neither() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
+    let windows: Keyed<u8, FixedWindow> =
+        Keyed::new(FixedWindow::new(3, Duration::from_secs(1)).unwrap());
+    let global = bucket(Rate::per_second(10), 3);
+    // Both admit: both count, and both quotas are read from what the decision left.
+    assert_eq!(
+        keyed.try_acquire_with(&0, 2, &global),
+        Joint {
+            result: Ok(()),
+            key: quota(0, Duration::from_secs(2)),
+            global: quota(1, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!(keyed.quota(&0), quota(0, Duration::from_secs(2)));
+    assert_eq!(global.available(), 1);
+
+    // The key refuses: the global limiter is not asked, and its quota is read as is.
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &global),
+        Joint {
+            result: refused_by_key(Duration::from_secs(1)),
+            key: quota(0, Duration::from_secs(2)),
+            global: quota(1, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!(global.available(), 1, "the global bucket is untouched");
+    assert_eq!(global.stats().denied, 0, "nor was it asked");
+
+    // The global limiter refuses: the key's word is as it was.
+    assert_eq!(
+        keyed.try_acquire_with(&1, 2, &global),
+        Joint {
+            result: refused_by_global(Duration::from_millis(100)),
+            key: quota(2, Duration::ZERO),
+            global: quota(1, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!(keyed.quota(&1), quota(2, Duration::ZERO));
+    keyed.try_acquire(&1, 2).unwrap();
+    assert_eq!((wholes(&keyed), made(&keyed)), (0, 0), "all on words");
+
+    // Half a second on, a window key beside the bucket, exact to the nanosecond.
+    advance(Duration::from_millis(500)).await;
+    assert_eq!(
+        windows.try_acquire_with(&0, 2, &global),
+        Joint {
+            result: Ok(()),
+            key: quota(1, Duration::from_millis(500)),
+            global: quota(1, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!((wholes(&windows), made(&windows)), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_refuses_a_new_key_past_max_keys_without_asking_the_global_limiter() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::builder(bucket(Rate::per_hour(1), 1))
+        .max_keys(1)
+        .build()
+        .unwrap();
+    let global = bucket(Rate::per_second(1), 5);
+    keyed.try_acquire(&0, 1).unwrap();
+    assert_eq!(
+        keyed.try_acquire_with(&1, 1, &global),
+        Joint {
+            result: Err(JointRefusal::Key(TryAcquireError::TooManyKeys {
+                max_keys: 1
+            })),
+            key: None,
+            global: quota(5, Duration::ZERO),
+        }
+    );
+    assert_eq!(global.available(), 5);
+    assert_eq!(keyed.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_on_a_whole_key_keeps_its_line_and_is_all_or_nothing() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
+    let global = bucket(Rate::per_second(10), 2);
+    keyed.try_acquire(&0, 1).unwrap();
+    let waiter = spawn_acquire(&keyed, 0, 1);
+    tokio::task::yield_now().await;
+    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    // Behind the waiter: its token comes at 1 s, ours at 2 s. The bucket is full again
+    // once the waiter's token and a full bucket have accrued.
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &global),
+        Joint {
+            result: refused_by_key(Duration::from_secs(2)),
+            key: quota(0, Duration::from_secs(2)),
+            global: quota(2, Duration::ZERO),
+        }
+    );
+    assert_eq!(global.available(), 2);
+    assert_eq!(waiter.await.unwrap(), (Ok(()), Duration::from_secs(1)));
+
+    // Held whole by a handle, with its token there; the global bucket empty: neither
+    // counts.
+    advance(Duration::from_secs(1)).await;
+    let handle = keyed.get(&0).unwrap();
+    global.try_acquire(2).unwrap();
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &global),
+        Joint {
+            result: refused_by_global(Duration::from_millis(100)),
+            key: quota(1, Duration::ZERO),
+            global: quota(0, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!(handle.available(), 1, "the key's bucket is untouched");
+    // Both admit: both count.
+    advance(Duration::from_millis(100)).await;
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &global),
+        Joint {
+            result: Ok(()),
+            key: quota(0, Duration::from_secs(1)),
+            global: quota(0, Duration::from_millis(200)),
+        }
+    );
+    assert_eq!(handle.available(), 0);
+    // The key's own limiter as the global one: decided once, all or nothing.
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &*handle),
+        Joint {
+            result: refused_by_key(Duration::from_secs(1)),
+            key: quota(0, Duration::from_secs(1)),
+            global: quota(0, Duration::from_secs(1)),
+        }
+    );
+}
+
+/// A limiter of the user's own, which a composite cannot hold: a bucket behind the
+/// trait's provided methods.
+struct Mine(TokenBucket);
+
+impl Limiter for Mine {
+    fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+        self.0.try_acquire(permits)
+    }
+
+    async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
+        Limiter::acquire(&self.0, permits).await
+    }
+
+    fn is_limited(&self) -> bool {
+        self.0.is_limited()
+    }
+
+    fn refund(&self, permits: u64) {
+        Limiter::refund(&self.0, permits);
+    }
+
+    fn available(&self) -> u64 {
+        Limiter::available(&self.0)
+    }
+
+    fn is_idle(&self) -> bool {
+        self.0.is_idle()
+    }
+
+    fn fresh(&self) -> Mine {
+        Mine(self.0.fresh())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_with_a_limiter_of_ones_own_gives_the_key_back_what_it_took() {
+    let keyed: Keyed<u8, Mine> = Keyed::new(Mine(bucket(Rate::per_hour(1), 3)));
+    let global = bucket(Rate::per_second(1), 1);
+    let joint = keyed.try_acquire_with(&0, 1, &global);
+    assert_eq!((joint.result, joint.key), (Ok(()), None));
+    let joint = keyed.try_acquire_with(&0, 1, &global);
+    assert_eq!(joint.result, refused_by_global(Duration::from_secs(1)));
+    assert_eq!(joint.global, quota(0, Duration::from_secs(1)));
+    assert_eq!(keyed.get(&0).unwrap().available(), 2, "the key got it back");
+}
+
+/// The flood: 100,000 fresh keys decided with a global bucket, most refused by
+/// it, stay words: no key is made whole, so none costs a limiter of its own.
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_fresh_keys_with_a_global_limit_keeps_every_key_a_word() {
+    let keyed: Keyed<u32, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
+    let windows: Keyed<u32, FixedWindow> =
+        Keyed::new(FixedWindow::new(2, Duration::from_secs(1)).unwrap());
+    let globals = [
+        bucket(Rate::per_second(1_000), 1_000),
+        bucket(Rate::per_second(1_000), 1_000),
+    ];
+    let mut admitted = [0, 0];
+    for key in 0..100_000u32 {
+        let joints = [
+            keyed.try_acquire_with(&key, 1, &globals[0]),
+            windows.try_acquire_with(&key, 1, &globals[1]),
+        ];
+        for (admitted, joint) in admitted.iter_mut().zip(joints) {
+            *admitted += u32::from(joint.result.is_ok());
+        }
+    }
+    assert_eq!(admitted, [1_000; 2], "each global's capacity, then nothing");
+    assert_eq!((wholes(&keyed), made(&keyed)), (0, 0));
+    assert_eq!((wholes(&windows), made(&windows)), (0, 0));
+}

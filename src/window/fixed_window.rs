@@ -10,6 +10,7 @@ use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
 use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
+use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
 
@@ -276,20 +277,109 @@ impl FixedWindow {
 impl Shared {
     /// Counts `permits` into the current window if they fit, ignoring the line. Returns
     /// the number (wrapping) of the window counted into, or how long until they fit.
+    #[cfg(test)]
     fn admit(&self, permits: u64) -> Result<u64, Duration> {
+        self.admit_reading(permits, |_, _| ()).0
+    }
+
+    /// Counts `permits` into the current window if they fit, ignoring the line: the
+    /// number (wrapping) of the window counted into, or how long until they fit; and
+    /// `read` of the word it decided on (the one its compare-and-swap wrote, when it
+    /// counted) at the same reading of the clock, which `read` is given too.
+    #[inline(always)]
+    fn admit_reading<R>(
+        &self,
+        permits: u64,
+        read: impl FnOnce(u64, u64) -> R,
+    ) -> (Result<u64, Duration>, R) {
         let now = self.clock.now();
         let mut word = self.state.load(Ordering::Acquire);
         loop {
-            let (next, window) = self.count_into(word, now, permits)?;
+            let (next, window) = match self.count_into(word, now, permits) {
+                Ok(counted) => counted,
+                Err(retry_after) => return (Err(retry_after), read(word, now)),
+            };
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(window),
+                Ok(_) => return (Ok(window), read(next, now)),
                 // Someone counted or moved on first: decide again on what they wrote.
                 Err(actual) => word = actual,
             }
         }
+    }
+
+    /// `try_acquire(permits)`, and `read` of what it was decided on: the instant, the
+    /// current window as the state word showed it (after counting, when it counted), and
+    /// the line, held, when others wait. Zero permits and permits above the limit are
+    /// decided without looking at the state: no reading then.
+    #[inline(always)]
+    fn decide<R>(
+        &self,
+        permits: u64,
+        read: impl FnOnce(u64, Current, Option<&Line>) -> R,
+    ) -> (Result<(), TryAcquireError>, Option<R>) {
+        match self.must_count(permits) {
+            Ok(true) => {}
+            Ok(false) => return (Ok(()), None),
+            Err(error) => return (Err(error), None),
+        }
+        if self.turnstile.is_waiting() {
+            let line = self.turnstile.line();
+            let (now, current) = self.current();
+            let retry_after = self.retry_after(now, current, permits, Some(&line));
+            let reading = read(now, current, Some(&line));
+            return (Err(TryAcquireError::Limited { retry_after }), Some(reading));
+        }
+        let (admitted, reading) = self.admit_reading(permits, |word, now| {
+            read(now, self.layout.read(word, now / self.window_nanos), None)
+        });
+        let result = admitted
+            .map(drop)
+            .map_err(|retry_after| TryAcquireError::Limited { retry_after });
+        (result, Some(reading))
+    }
+
+    /// The [`Quota`] at `now` of the `current` window, behind the waiters in `line`,
+    /// held by the caller, if given: the permits left in the window, and the time until
+    /// the last window anything is counted in ends, the waiters placed in the windows the
+    /// line will admit them in (zero when nothing is counted and nobody waits).
+    fn quota_at(&self, now: u64, current: Current, line: Option<&Line>) -> Quota {
+        let windows = self.packed(current, line, None);
+        let full_after = if windows.count == 0 {
+            Duration::ZERO
+        } else {
+            let end = self.window_start(current, windows.later + 1);
+            duration_from_nanos(end.saturating_sub(u128::from(now)))
+        };
+        Quota {
+            remaining: self.limit - current.count,
+            full_after,
+        }
+    }
+
+    /// The [`Quota`] now, behind the line if anybody waits.
+    fn quota(&self) -> Quota {
+        if self.turnstile.is_waiting() {
+            let line = self.turnstile.line();
+            let (now, current) = self.current();
+            return self.quota_at(now, current, Some(&line));
+        }
+        let (now, current) = self.current();
+        self.quota_at(now, current, None)
+    }
+
+    /// `word` with `permits` taken off the count of the window of `clock_window` (never
+    /// below zero); `None` when there is nothing to give back.
+    fn refunded(&self, word: u64, clock_window: u64, permits: u64) -> Option<u64> {
+        let current = self.layout.read(word, clock_window);
+        if current.count == 0 || permits == 0 {
+            return None;
+        }
+        let count = current.count - permits.min(current.count);
+        // A composite deciding meanwhile keeps the word seized; it only gains room.
+        Some(self.layout.pack(current.window(), count) | (word & SEIZED))
     }
 
     /// What counting `permits` at `now` makes of the state `word`, ignoring the line:
@@ -378,19 +468,31 @@ impl Shared {
         permits: u64,
         line: Option<&Line>,
     ) -> Duration {
+        let windows = self.packed(current, line, Some(permits));
+        let start = self.window_start(current, windows.later);
+        duration_from_nanos(start.saturating_sub(u128::from(now)))
+    }
+
+    /// The `current` count with every waiter in `line`, if given, and then `permits`, if
+    /// given, placed whole in the first window where each fits, in order.
+    fn packed(&self, current: Current, line: Option<&Line>, permits: Option<u64>) -> Packing {
         let mut windows = Packing {
             limit: self.limit,
             count: current.count,
             later: 0,
         };
-        if let Some(line) = line {
-            line.permits().for_each(|waiting| windows.place(waiting));
-        }
-        windows.place(permits);
-        let window = u128::from(current.clock_window) + u128::from(current.ahead) + windows.later;
-        // With the exact length, not the saturated one, so it is never short.
-        let start = window.saturating_mul(self.window.as_nanos());
-        duration_from_nanos(start.saturating_sub(u128::from(now)))
+        let waiting = line.into_iter().flat_map(Line::permits);
+        waiting
+            .chain(permits)
+            .for_each(|permits| windows.place(permits));
+        windows
+    }
+
+    /// The instant, in nanoseconds, the window `later` windows after the `current` one
+    /// starts: with the exact length, not the saturated one, so it is never short.
+    fn window_start(&self, current: Current, later: u128) -> u128 {
+        let window = u128::from(current.clock_window) + u128::from(current.ahead) + later;
+        window.saturating_mul(self.window.as_nanos())
     }
 
     fn exceeds_limit(&self, permits: u64) -> bool {
@@ -447,20 +549,8 @@ impl Limiter for FixedWindow {
     /// # }
     /// ```
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        let shared = &self.shared;
-        if !shared.must_count(permits)? {
-            return Ok(());
-        }
-        if shared.turnstile.is_waiting() {
-            let line = shared.turnstile.line();
-            let (now, current) = shared.current();
-            let retry_after = shared.retry_after(now, current, permits, Some(&line));
-            return Err(TryAcquireError::Limited { retry_after });
-        }
-        shared
-            .admit(permits)
-            .map(drop)
-            .map_err(|retry_after| TryAcquireError::Limited { retry_after })
+        // Reading nothing more: the compiler drops the reading altogether.
+        self.shared.decide(permits, |_, _, _| ()).0
     }
 
     /// Acquires `permits`, waiting first in, first out behind the other waiters until a
@@ -561,14 +651,10 @@ impl Limiter for FixedWindow {
         let clock_window = shared.clock.now() / shared.window_nanos;
         let mut word = shared.state.load(Ordering::Acquire);
         loop {
-            let current = shared.layout.read(word, clock_window);
-            if current.count == 0 || permits == 0 {
+            let Some(next) = shared.refunded(word, clock_window, permits) else {
                 // Nothing counted in the current window: nothing to give back.
                 return;
-            }
-            let count = current.count - permits.min(current.count);
-            // A composite deciding meanwhile keeps the word seized; it only gains room.
-            let next = shared.layout.pack(current.window(), count) | (word & SEIZED);
+            };
             match shared.state.compare_exchange_weak(
                 word,
                 next,
@@ -649,6 +735,94 @@ impl Limiter for FixedWindow {
         let shared = &self.shared;
         FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
     }
+
+    /// `limit` per `window`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter, Policy};
+    ///
+    /// let limiter = FixedWindow::new(100, Duration::from_secs(60))?;
+    /// assert_eq!(limiter.policy(), Some(Policy { limit: 100, window: Duration::from_secs(60) }));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    fn policy(&self) -> Option<Policy> {
+        let shared = &self.shared;
+        Some(Policy {
+            limit: shared.limit,
+            window: shared.window,
+        })
+    }
+
+    /// The permits left in the current window, and the time until it ends if anything is
+    /// counted in it (zero if nothing is). The same numbers as
+    /// [`try_acquire_decision(0)`](Limiter::try_acquire_decision) shows; it counts
+    /// nothing.
+    ///
+    /// While others wait in line, `remaining` is still what the window has left (which
+    /// `try_acquire` does not take meanwhile), and `full_after` counts the line as
+    /// served: it is the time until the end of the last window the waiters will be
+    /// counted in, each placed whole in the first window where it fits, as the line
+    /// admits them. A waiter that leaves early only makes it sooner.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter, Quota};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.quota(), Some(Quota { remaining: 10, full_after: Duration::ZERO }));
+    /// tokio::time::advance(Duration::from_millis(250)).await;
+    /// limiter.try_acquire(3)?;
+    /// // The window ends 750 ms from now, and the 3 with it.
+    /// assert_eq!(
+    ///     limiter.quota(),
+    ///     Some(Quota { remaining: 7, full_after: Duration::from_millis(750) })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn quota(&self) -> Option<Quota> {
+        Some(self.shared.quota())
+    }
+
+    /// `try_acquire`, and the quota it leaves (see [`quota`](FixedWindow::quota)) in one
+    /// step: with nobody waiting, from the word its one compare-and-swap wrote (or its
+    /// refusal was decided on) at the same reading of the clock; behind waiters, under
+    /// the line's lock its refusal is decided under.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter, Quota, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(5, Duration::from_secs(1))?;
+    /// tokio::time::advance(Duration::from_millis(400)).await;
+    /// let decision = limiter.try_acquire_decision(5);
+    /// assert_eq!(decision.result, Ok(()));
+    /// let spent = Quota { remaining: 0, full_after: Duration::from_millis(600) };
+    /// assert_eq!(decision.quota, Some(spent));
+    /// let decision = limiter.try_acquire_decision(1);
+    /// assert_eq!(
+    ///     decision.result,
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(600) })
+    /// );
+    /// assert_eq!(decision.quota, Some(spent));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn try_acquire_decision(&self, permits: u64) -> Decision {
+        let shared = &self.shared;
+        let (result, quota) = shared.decide(permits, |now, current, line| {
+            shared.quota_at(now, current, line)
+        });
+        Decision {
+            result,
+            quota: Some(quota.unwrap_or_else(|| shared.quota())),
+        }
+    }
 }
 
 /// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
@@ -685,6 +859,22 @@ impl FixedWindow {
             .map_err(|retry_after| TryAcquireError::Limited { retry_after })?;
         *word = next;
         Ok(())
+    }
+
+    /// The [`Quota`] of a key's `word` at `now`, with nobody waiting.
+    #[inline]
+    pub(crate) fn quota_of_word(&self, word: u64, now: u64) -> Quota {
+        let shared = &self.shared;
+        let current = shared.layout.read(word, now / shared.window_nanos);
+        shared.quota_at(now, current, None)
+    }
+
+    /// `refund` on a key's `word` at `now`, with nobody waiting.
+    pub(crate) fn refund_word(&self, word: &mut u64, permits: u64, now: u64) {
+        let shared = &self.shared;
+        if let Some(next) = shared.refunded(*word, now / shared.window_nanos, permits) {
+            *word = next;
+        }
     }
 
     /// Whether `word` counts nothing in the window of `now`: `is_idle` for a key's word.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
+use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
 
@@ -164,21 +165,81 @@ impl<T: Tally> Sliding<T> {
         }
     }
 
-    /// Admits `permits` if they fit now and nobody waits in line; else says how long
-    /// until they could be, after those in line: what `try_acquire` does.
-    fn admit(&self, permits: u64) -> Result<(), TryAcquireError> {
+    /// Runs `section` on the tally at now, given the line, held, when anybody waits:
+    /// the tally alone while nobody does; else the line, then the tally.
+    fn locked<R>(&self, section: impl FnOnce(&mut T, Option<&Line>, u64) -> R) -> R {
         let mut line = None;
         let (mut tally, mut now) = self.lock();
         if self.shared.turnstile.is_waiting() {
-            // The refusal walks the line, which is locked before the tally (the lock
+            // A refusal walks the line, which is locked before the tally (the lock
             // order, in `turnstile.rs`): let go, then take both in that order.
             drop(tally);
             line = Some(self.shared.turnstile.line());
             (tally, now) = self.lock();
         }
-        self.check(&tally, line.as_deref(), permits, now)?;
-        tally.record(permits, now);
-        Ok(())
+        section(&mut tally, line.as_deref(), now)
+    }
+
+    /// `try_acquire(permits)`, and `read` of the tally, the line (when anybody waits) and
+    /// the instant it was decided at, in the same lock section, after recording the
+    /// permits when it admitted them. Zero permits and permits above the limit are
+    /// decided without looking at the tally: no reading then.
+    #[inline(always)]
+    fn decide<R>(
+        &self,
+        permits: u64,
+        read: impl FnOnce(&T, Option<&Line>, u64) -> R,
+    ) -> (Result<(), TryAcquireError>, Option<R>) {
+        match self.screen(permits) {
+            Screened::ExceedsLimit { requested, limit } => (
+                Err(TryAcquireError::ExceedsLimit { requested, limit }),
+                None,
+            ),
+            Screened::Nothing => (Ok(()), None),
+            Screened::Decide => self.locked(|tally, line, now| {
+                let result = self.check(tally, line, permits, now);
+                if result.is_ok() {
+                    tally.record(permits, now);
+                }
+                (result, Some(read(tally, line, now)))
+            }),
+        }
+    }
+
+    /// The [`Quota`] of `tally` at `now` behind the waiters in `line`, held by the caller,
+    /// if given: the permits left, and the time until the newest permit counted stops
+    /// counting, the waiters' permits counted as admitted at the instants the line will
+    /// admit them.
+    fn quota_in(&self, tally: &T, line: Option<&Line>, now: u64) -> Quota {
+        let limit = self.shared.settings.limit;
+        let requests: Vec<u64> = line.map_or_else(Vec::new, |line| {
+            line.permits().filter(|&permits| permits > 0).collect()
+        });
+        let last_released = if requests.is_empty() {
+            // The newest of the last `limit` grants; long gone if none was made.
+            tally.released_at(limit - 1)
+        } else {
+            // The line's last admission is its newest grant.
+            tally.released_after_laps(ready_at(tally, limit, &requests, now), 1)
+        };
+        Quota {
+            remaining: limit - tally.counted(now),
+            full_after: duration_from_nanos(last_released.saturating_sub(u128::from(now))),
+        }
+    }
+
+    /// The [`Quota`] now, behind the line if anybody waits.
+    pub(crate) fn quota(&self) -> Quota {
+        self.locked(|tally, line, now| self.quota_in(tally, line, now))
+    }
+
+    /// The limiter's budget: its limit per its window.
+    pub(crate) fn policy(&self) -> Policy {
+        let settings = &self.shared.settings;
+        Policy {
+            limit: settings.limit,
+            window: settings.window,
+        }
     }
 
     /// Whether `permits` (from 1 to the limit) fit `tally` at `now` behind the waiters in
@@ -229,12 +290,15 @@ impl<T: Tally> Sliding<T> {
     }
 
     pub(crate) fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        match self.screen(permits) {
-            Screened::ExceedsLimit { requested, limit } => {
-                Err(TryAcquireError::ExceedsLimit { requested, limit })
-            }
-            Screened::Nothing => Ok(()),
-            Screened::Decide => self.admit(permits),
+        self.decide(permits, |_, _, _| ()).0
+    }
+
+    pub(crate) fn try_acquire_decision(&self, permits: u64) -> Decision {
+        let (result, quota) =
+            self.decide(permits, |tally, line, now| self.quota_in(tally, line, now));
+        Decision {
+            result,
+            quota: Some(quota.unwrap_or_else(|| self.quota())),
         }
     }
 
@@ -429,9 +493,10 @@ fn ready_at(tally: &impl Tally, limit: u64, requests: &[u64], from: u64) -> u128
 /// Gives a public type whose field `sliding` holds its [`Sliding`] handle what both
 /// sliding limiters have: [`Limiter`](crate::Limiter), `Debug`, and the accessors
 /// `limit`, `window` and `queued_permits`. `$example` makes one admitting 2 permits a
-/// second, for the accessors' examples.
+/// second, for the accessors' examples; `$counts` says how long a permit counts, and
+/// `$full_after` is how long the one it admits at the start counts 250 ms later.
 macro_rules! impl_limiter {
-    ($limiter:ident, $example:literal) => {
+    ($limiter:ident, $example:literal, $counts:literal, $full_after:literal) => {
         impl $limiter {
             #[doc = concat!(
                         "The most permits admitted in any interval of length [`window`](",
@@ -519,6 +584,57 @@ macro_rules! impl_limiter {
                 $limiter {
                     sliding: self.sliding.fresh(),
                 }
+            }
+
+            #[doc = concat!(
+                        "`limit` per `window`.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::{Limiter, Policy, ", stringify!($limiter), "};\n\n",
+                        "let limiter = ", $example, "?;\n",
+                        "assert_eq!(limiter.policy(), Some(Policy { limit: 2, window: Duration::from_secs(1) }));\n",
+                        "# Ok::<(), token_bucket::ConfigError>(())\n",
+                        "```",
+                    )]
+            fn policy(&self) -> Option<$crate::Policy> {
+                Some(self.sliding.policy())
+            }
+
+            #[doc = concat!(
+                        "The permits left now, and the time until the newest permit counted ",
+                        "stops counting (", $counts, "), zero when none counts. The same ",
+                        "numbers as [`try_acquire_decision(0)`](crate::Limiter::try_acquire_decision) ",
+                        "shows; it counts nothing.\n\n",
+                        "While others wait in line, `remaining` is still what would fit if nobody ",
+                        "waited (`try_acquire` takes nothing meanwhile), and `full_after` counts ",
+                        "the line as served: it is the time until the permits of its last waiter ",
+                        "stop counting, each waiter admitted at the instant the line will admit ",
+                        "it. A waiter that leaves early only makes it sooner.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::{Limiter, Quota, ", stringify!($limiter), "};\n\n",
+                        "# #[tokio::main(flavor = \"current_thread\", start_paused = true)]\n",
+                        "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(1)?;\n",
+                        "tokio::time::advance(Duration::from_millis(250)).await;\n",
+                        "assert_eq!(\n",
+                        "    limiter.quota(),\n",
+                        "    Some(Quota { remaining: 1, full_after: ", $full_after, " })\n",
+                        ");\n",
+                        "# Ok(())\n",
+                        "# }\n",
+                        "```",
+                    )]
+            fn quota(&self) -> Option<$crate::Quota> {
+                Some(self.sliding.quota())
+            }
+
+            /// `try_acquire`, and the quota it leaves (see
+            /// [`quota`](crate::Limiter::quota)), in one step: in the lock section
+            /// it was decided in, after counting the permits when it admitted them.
+            fn try_acquire_decision(&self, permits: u64) -> $crate::Decision {
+                self.sliding.try_acquire_decision(permits)
             }
         }
 

@@ -174,7 +174,12 @@ impl SlidingLog {
     }
 }
 
-impl_limiter!(SlidingLog, "SlidingLog::new(2, Duration::from_secs(1))");
+impl_limiter!(
+    SlidingLog,
+    "SlidingLog::new(2, Duration::from_secs(1))",
+    "a permit counts for one `window` from the instant it was admitted",
+    "Duration::from_millis(750)"
+);
 
 /// The ring of grant instants.
 struct Log {

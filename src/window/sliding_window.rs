@@ -229,7 +229,9 @@ impl SlidingWindow {
 
 impl_limiter!(
     SlidingWindow,
-    "SlidingWindow::new(2, 10, Duration::from_millis(100))"
+    "SlidingWindow::new(2, 10, Duration::from_millis(100))",
+    "a permit counts until the end of the slot `slots` after its own",
+    "Duration::from_millis(850)"
 );
 
 #[derive(Debug, Clone, Copy)]

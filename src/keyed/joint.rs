@@ -1,0 +1,207 @@
+//! A key's limit and a global one decided together, all or nothing, for the HTTP layer:
+//! [`Keyed::try_acquire_with`], with both limiters' [`Quota`]s for the response's
+//! headers.
+//!
+//! A key held as a word is decided on a copy of its word under its shard's lock, and the
+//! copy is written back only once the global limiter took the permits too: no
+//! allocation, no unfolded limiter. A key held whole is decided with the global limiter
+//! by a composite (see `composite/`), which keeps both all or nothing and first in,
+//! first out.
+
+use std::any::Any;
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use super::{step, Keyed, Step, TooManyKeys};
+use crate::bucket::TokenBucket;
+use crate::composite::{all, Member};
+use crate::error::TryAcquireError;
+use crate::keyed::compact::Compact;
+use crate::limiter::Limiter;
+use crate::quota::{Decision, Quota};
+use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
+
+/// What [`Keyed::try_acquire_with`] decided, and both limiters' quotas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Joint {
+    /// Ok when both took the permits; else who refused. All or nothing: nothing is taken
+    /// when either refuses.
+    pub(crate) result: Result<(), JointRefusal>,
+    /// The key's quota after the decision; `None` for a new key refused with
+    /// `TooManyKeys`, which has no limiter, or from a limiter that reports none.
+    pub(crate) key: Option<Quota>,
+    /// The global limiter's quota after the decision; `None` from a limiter that reports
+    /// none.
+    pub(crate) global: Option<Quota>,
+}
+
+/// Who refused a joint decision, and why. When both would refuse, the key is named: it
+/// is asked first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JointRefusal {
+    Key(TryAcquireError),
+    Global(TryAcquireError),
+}
+
+impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
+    /// Acquires `permits` for `key` and from `global` at once, or from neither: the key's
+    /// limit and a global one, for one request. With both limiters' quotas: the key's
+    /// (`None` for a new key refused with `TooManyKeys`) and the global's.
+    ///
+    /// On a key held as a word (see [how a key is held](Keyed#how-a-key-is-held)), under
+    /// its shard's lock: the key decides on a copy of its word; only if it admits is
+    /// `global` asked ([`Limiter::try_acquire_decision`]); only if that admits too is the
+    /// copy written back. Nothing is allocated and no limiter is unfolded. The key's quota
+    /// is read from the word it leaves at the same reading of the clock, the global's
+    /// from its own decision; when the key refuses, `global` is not asked and its quota is
+    /// [`Limiter::quota`]'s.
+    ///
+    /// On a key held whole (someone waits in its line, a template without a one-word
+    /// form, a handle from `get` alive), the key's limiter and `global` are decided by a
+    /// composite ([`all`]): all or nothing, behind the waiters of either line. Both
+    /// quotas are then read right after the decision, so a request for the same key or
+    /// the global limiter on another thread may slip in between. A limiter that is not
+    /// one of the crate's (which a composite cannot hold) is decided in turn, the key
+    /// first, and the key's permits given back with its `refund` when `global` refuses.
+    ///
+    /// `global` must not be a limiter of this `Keyed`'s keys.
+    pub(crate) fn try_acquire_with<Q, G: Limiter>(&self, key: &Q, permits: u64, global: &G) -> Joint
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let decided = self.with_slot(self.hash(key), key, |slot, at| {
+            step(slot, at, |compact, word, reading| {
+                on_word(compact, word, reading, permits, global)
+            })
+        });
+        match decided {
+            Ok(Step::Decided(joint)) => joint,
+            Ok(Step::Call(limiter)) => on_whole(&*limiter, permits, global),
+            Err(TooManyKeys { max_keys }) => Joint {
+                result: Err(JointRefusal::Key(TryAcquireError::TooManyKeys { max_keys })),
+                key: None,
+                global: global.quota(),
+            },
+        }
+    }
+}
+
+/// The joint decision on a key's `word`, at the `reading` of now, under its shard's lock.
+/// `global` is asked under that lock: a shard's lock is taken before any limiter's, the
+/// crate's lock order (see `window/turnstile.rs` and [`Keyed`]'s concurrency notes).
+#[inline(always)]
+fn on_word<L: Limiter, G: Limiter>(
+    compact: &Compact<L>,
+    word: &mut u64,
+    reading: u64,
+    permits: u64,
+    global: &G,
+) -> Joint {
+    // The key decides on a copy, written back only once the global limiter took the
+    // permits too; until then the word is as it was, and so is its quota.
+    let mut decided = *word;
+    let joint = key_then_global(
+        || compact.try_acquire_decision(&mut decided, permits, reading),
+        global,
+        permits,
+        || Some(compact.quota(*word, reading)),
+    );
+    if joint.result.is_ok() {
+        *word = decided;
+    }
+    joint
+}
+
+/// The key decided by `decide_key`, then, only if it admitted, `global`; when `global`
+/// refuses, `undo` gives the key back what it took and returns the key's quota then.
+#[inline(always)]
+fn key_then_global<G: Limiter>(
+    decide_key: impl FnOnce() -> Decision,
+    global: &G,
+    permits: u64,
+    undo: impl FnOnce() -> Option<Quota>,
+) -> Joint {
+    let key = decide_key();
+    if let Err(refusal) = key.result {
+        return Joint {
+            result: Err(JointRefusal::Key(refusal)),
+            key: key.quota,
+            global: global.quota(),
+        };
+    }
+    let decision = global.try_acquire_decision(permits);
+    if let Err(refusal) = decision.result {
+        return Joint {
+            result: Err(JointRefusal::Global(refusal)),
+            key: undo(),
+            global: decision.quota,
+        };
+    }
+    Joint {
+        result: Ok(()),
+        key: key.quota,
+        global: decision.quota,
+    }
+}
+
+/// The joint decision on a key's whole `limiter`, with no lock of the `Keyed` held.
+fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
+    let (Some(member), Some(global_member)) = (as_member(limiter), as_member(global)) else {
+        return in_turn(limiter, permits, global);
+    };
+    let Ok(both) = all((member, global_member)) else {
+        // Only one limiter: `global` is the key's own. Deciding it once is all or
+        // nothing.
+        let decision = limiter.try_acquire_decision(permits);
+        return Joint {
+            result: decision.result.map_err(JointRefusal::Key),
+            key: decision.quota,
+            global: decision.quota,
+        };
+    };
+    let result = both.try_acquire_each(permits).map_err(|refusals| {
+        // The key's refusal if it refused (member 0), else the global's.
+        let refusal = refusals.iter().min_by_key(|&&(member, _)| member);
+        match refusal {
+            Some(&(0, refusal)) => JointRefusal::Key(refusal),
+            Some(&(_, refusal)) => JointRefusal::Global(refusal),
+            None => unreachable!("a composite refuses with its members' refusals"),
+        }
+    });
+    Joint {
+        result,
+        key: limiter.quota(),
+        global: global.quota(),
+    }
+}
+
+/// The joint decision for limiters a composite cannot hold: the key first, then `global`;
+/// the key's permits given back with its `refund` when `global` refuses.
+fn in_turn<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
+    key_then_global(
+        || limiter.try_acquire_decision(permits),
+        global,
+        permits,
+        || {
+            limiter.refund(permits);
+            limiter.quota()
+        },
+    )
+}
+
+/// `limiter` as a member of a composite, when it is one of the crate's limiters.
+fn as_member(limiter: &dyn Any) -> Option<&dyn Member> {
+    if let Some(bucket) = limiter.downcast_ref::<TokenBucket>() {
+        return Some(bucket);
+    }
+    if let Some(window) = limiter.downcast_ref::<FixedWindow>() {
+        return Some(window);
+    }
+    if let Some(log) = limiter.downcast_ref::<SlidingLog>() {
+        return Some(log);
+    }
+    limiter
+        .downcast_ref::<SlidingWindow>()
+        .map(|wheel| wheel as &dyn Member)
+}
