@@ -33,8 +33,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .layer(limit.clone());
 
     let demo = std::env::args().any(|arg| arg == "--demo");
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, if demo { 0 } else { 3000 }))
-        .await?;
+    let listener =
+        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, if demo { 0 } else { 3000 })).await?;
     let address = listener.local_addr()?;
     println!("serving http://{address}/ : 10 requests per client in any 10 s, 100/s in all");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, Request, Response, StatusCode};
 use token_bucket::http::{
-    key_fn, ActualCost, BuildError, ClientIp, GlobalKey, HeaderKey, KeyError, MissingKey,
-    RateLimitLayer, RefusalKind, Settle, TrustedProxies,
+    key_fn, ActualCost, BuildError, ClientIp, GlobalKey, HeaderKey, KeyError, LocalLayer,
+    MissingKey, RateLimitLayer, RefusalKind, Settle, TrustedProxies,
 };
 use token_bucket::{ConfigError, FixedWindow, Rate, SlidingLog, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
@@ -31,7 +31,9 @@ fn request_from(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
     }
     let mut request = request.body(()).unwrap();
     let peer: IpAddr = peer.parse().unwrap();
-    request.extensions_mut().insert(SocketAddr::new(peer, 40_000));
+    request
+        .extensions_mut()
+        .insert(SocketAddr::new(peer, 40_000));
     request
 }
 
@@ -49,10 +51,7 @@ fn text(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// Each client: 3 at once, one more a second. The whole service: 5 in each 10 s.
-fn per_client_and_global() -> RateLimitLayer<
-    ClientIp,
-    token_bucket::http::Local<token_bucket::http::ClientKey, TokenBucket, FixedWindow>,
-> {
+fn per_client_and_global() -> LocalLayer<ClientIp, TokenBucket, FixedWindow> {
     RateLimitLayer::builder(
         ClientIp::peer(),
         TokenBucket::new(Rate::per_second(1), 3).unwrap(),
@@ -230,15 +229,29 @@ async fn a_request_without_a_key_gets_the_configured_fallback() {
     .layer(ok_service());
     let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-api-key", "")])).await;
+    let (status, _) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-api-key", "")]),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let long = "k".repeat(HeaderKey::MAX_LEN + 1);
-    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-api-key", &long)])).await;
+    let (status, _) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-api-key", &long)]),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, headers) =
-        send(&mut service, request_from("192.0.2.1", &[("x-api-key", "k-1")])).await;
+    let (status, headers) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-api-key", "k-1")]),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(text(&headers, "ratelimit").as_deref(), Some(r#""client";r=0;t=3600"#));
+    assert_eq!(
+        text(&headers, "ratelimit").as_deref(),
+        Some(r#""client";r=0;t=3600"#)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -332,24 +345,28 @@ async fn waiting_requests_pass_in_order_within_the_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn an_estimate_is_settled_from_the_true_cost() {
-    let layer = RateLimitLayer::builder(GlobalKey, TokenBucket::new(Rate::per_hour(1), 100).unwrap())
-        .global(TokenBucket::new(Rate::per_hour(1), 1_000).unwrap())
-        .cost(|head| {
-            (head.headers.get("x-estimate"))
-                .and_then(|value| value.to_str().ok()?.parse().ok())
-                .unwrap_or(1)
-        })
-        .settle(Settle::Extension)
-        .build()
-        .unwrap();
+    let layer =
+        RateLimitLayer::builder(GlobalKey, TokenBucket::new(Rate::per_hour(1), 100).unwrap())
+            .global(TokenBucket::new(Rate::per_hour(1), 1_000).unwrap())
+            .cost(|head| {
+                (head.headers.get("x-estimate"))
+                    .and_then(|value| value.to_str().ok()?.parse().ok())
+                    .unwrap_or(1)
+            })
+            .settle(Settle::Extension)
+            .build()
+            .unwrap();
     // The handler reports the true cost: 7 tokens.
     let mut service = layer.layer(tower::service_fn(|_request: Request<()>| async {
         let mut response = Response::new(String::new());
         response.extensions_mut().insert(ActualCost(7));
         Ok::<_, Infallible>(response)
     }));
-    let (status, headers) =
-        send(&mut service, request_from("192.0.2.1", &[("x-estimate", "40")])).await;
+    let (status, headers) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-estimate", "40")]),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     // The headers say what the decision saw: 40 charged...
     assert_eq!(
@@ -359,12 +376,19 @@ async fn an_estimate_is_settled_from_the_true_cost() {
     // ...and 33 came back to both once the response said 7.
     assert_eq!(layer.per_key().quota(&()).unwrap().remaining, 93);
     // An under-estimate takes the excess as far as there is: 93, less 1 charged, less 6.
-    let (status, _) = send(&mut service, request_from("192.0.2.1", &[("x-estimate", "1")])).await;
+    let (status, _) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-estimate", "1")]),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(layer.per_key().quota(&()).unwrap().remaining, 86);
     // A cost no limit ever admits: 429 with no Retry-After, since waiting cannot help.
-    let (status, headers) =
-        send(&mut service, request_from("192.0.2.1", &[("x-estimate", "101")])).await;
+    let (status, headers) = send(
+        &mut service,
+        request_from("192.0.2.1", &[("x-estimate", "101")]),
+    )
+    .await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(headers.get("retry-after"), None);
 }
@@ -406,7 +430,10 @@ async fn a_grpc_call_is_refused_with_resource_exhausted() {
     let (status, headers) = send(&mut service, request_from("192.0.2.1", &grpc)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(text(&headers, "grpc-status").as_deref(), Some("8"));
-    assert_eq!(text(&headers, "content-type").as_deref(), Some("application/grpc"));
+    assert_eq!(
+        text(&headers, "content-type").as_deref(),
+        Some("application/grpc")
+    );
     assert_eq!(text(&headers, "retry-after").as_deref(), Some("3600"));
 }
 
@@ -438,7 +465,10 @@ async fn the_refusal_hook_builds_the_response_and_legacy_fields_are_opt_in() {
     let mut service = layer.layer(ok_service());
     let (_, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
     assert_eq!(text(&headers, "x-ratelimit-limit").as_deref(), Some("1"));
-    assert_eq!(text(&headers, "x-ratelimit-remaining").as_deref(), Some("0"));
+    assert_eq!(
+        text(&headers, "x-ratelimit-remaining").as_deref(),
+        Some("0")
+    );
     assert_eq!(text(&headers, "x-ratelimit-reset").as_deref(), Some("60"));
     assert_eq!(
         text(&headers, "ratelimit-policy").as_deref(),
@@ -460,14 +490,22 @@ async fn the_refusal_hook_builds_the_response_and_legacy_fields_are_opt_in() {
     elsewhere
         .extensions_mut()
         .insert(SocketAddr::from(([192, 0, 2, 1], 1)));
-    let response = service.ready().await.unwrap().call(elsewhere).await.unwrap();
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(elsewhere)
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
 
 #[test]
 fn bad_settings_are_refused_with_what_was_wrong() {
     let bucket = || TokenBucket::new(Rate::per_second(1), 1).unwrap();
-    let zero_keys = RateLimitLayer::builder(GlobalKey, bucket()).max_keys(0).build();
+    let zero_keys = RateLimitLayer::builder(GlobalKey, bucket())
+        .max_keys(0)
+        .build();
     assert_eq!(
         zero_keys.unwrap_err(),
         BuildError::Config(ConfigError::ZeroMaxKeys)

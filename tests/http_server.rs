@@ -43,7 +43,10 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        HEAP.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        HEAP.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: as `GlobalAlloc::realloc` requires of its caller.
         unsafe { System.realloc(pointer, layout, new_size) }
     }
@@ -134,7 +137,11 @@ async fn each_client_has_its_limit_and_the_global_one_refuses_across_clients() {
     }
     assert_eq!(
         codes,
-        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
     assert!(text(&last, "ratelimit").starts_with(r#""client";r=1;t="#));
     assert!(text(&last, "ratelimit").contains(r#""global";r=0;t="#));
@@ -179,11 +186,19 @@ async fn an_ipv6_slash_64_counts_as_one_client() {
     let proxy = client_from(local(1));
     let mut codes = Vec::new();
     for client in ["2001:db8::1", "2001:db8::ffff:1", "2001:db8::abcd"] {
-        codes.push(get_from(&proxy, address, &[("x-forwarded-for", client)]).await.0);
+        codes.push(
+            get_from(&proxy, address, &[("x-forwarded-for", client)])
+                .await
+                .0,
+        );
     }
     assert_eq!(
         codes,
-        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
     // The next /64 is another client.
     let (status, _) = get_from(&proxy, address, &[("x-forwarded-for", "2001:db8:0:1::1")]).await;
@@ -237,11 +252,17 @@ async fn a_flood_of_fresh_clients_is_held_within_the_memory_bound() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let held = layer.per_key().len();
     assert_eq!(held, MAX_KEYS);
-    assert_eq!((admitted, unavailable), (MAX_KEYS as u32, FLOOD - MAX_KEYS as u32));
+    assert_eq!(
+        (admitted, unavailable),
+        (MAX_KEYS as u32, FLOOD - MAX_KEYS as u32)
+    );
     let per_client = (HEAP.load(Ordering::Relaxed) - heap_before) as f64 / held as f64;
     let beside_the_key = per_client - std::mem::size_of::<ClientKey>() as f64;
     println!("{per_client:.1} bytes per client held, {beside_the_key:.1} beside the key");
-    assert!(beside_the_key <= 64.0, "{beside_the_key} bytes beside each key");
+    assert!(
+        beside_the_key <= 64.0,
+        "{beside_the_key} bytes beside each key"
+    );
 }
 
 #[tokio::test]
@@ -252,7 +273,12 @@ async fn a_grpc_call_is_refused_with_resource_exhausted() {
     )
     .build()
     .unwrap();
-    let address = serve(Router::new().route("/echo.Echo/Say", axum::routing::post(|| async { "" })).layer(layer)).await;
+    let address = serve(
+        Router::new()
+            .route("/echo.Echo/Say", axum::routing::post(|| async { "" }))
+            .layer(layer),
+    )
+    .await;
     // gRPC speaks HTTP/2: prior knowledge, as gRPC clients connect without TLS.
     let client = Client::builder(TokioExecutor::new())
         .http2_only(true)
@@ -274,4 +300,45 @@ async fn a_grpc_call_is_refused_with_resource_exhausted() {
     assert_eq!(text(refused.headers(), "content-type"), "application/grpc");
     let retry_after: u64 = text(refused.headers(), "retry-after").parse().unwrap();
     assert!((3_500..=3_600).contains(&retry_after), "{retry_after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_are_each_counted_once_in_both_limits() {
+    // Seven clients within their limit and one over it, all at once; the server's budget
+    // holds them all, so each admitted request is counted once in each limit.
+    let global = TokenBucket::new(Rate::per_hour(1), 1_000).unwrap();
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        FixedWindow::new(7, Duration::from_secs(3600)).unwrap(),
+    )
+    .global(global.clone())
+    .build()
+    .unwrap();
+    let address = serve(hello().layer(layer)).await;
+    let mut clients = Vec::new();
+    for last_octet in 1..=8u8 {
+        let requests = if last_octet == 8 { 17 } else { 7 };
+        clients.push(tokio::spawn(async move {
+            let client = client_from(local(last_octet));
+            let mut codes = Vec::new();
+            for _ in 0..requests {
+                codes.push(get_from(&client, address, &[]).await.0);
+            }
+            codes
+        }));
+    }
+    let mut admitted = 0;
+    for (number, client) in clients.into_iter().enumerate() {
+        let codes = client.await.unwrap();
+        let ok = codes.iter().filter(|code| **code == StatusCode::OK).count();
+        assert_eq!(ok, 7, "client {}", number + 1);
+        let refused = codes.len() - ok;
+        assert!(codes[7..]
+            .iter()
+            .all(|code| *code == StatusCode::TOO_MANY_REQUESTS));
+        assert_eq!(refused, if number == 7 { 10 } else { 0 });
+        admitted += ok as u64;
+    }
+    assert_eq!(admitted, 56);
+    assert_eq!(global.available(), 1_000 - admitted);
 }

@@ -53,13 +53,6 @@ fn write_name(out: &mut String, name: &str) {
     out.push('"');
 }
 
-/// One limit as the headers name it.
-#[derive(Debug, Clone)]
-pub(crate) struct NamedPolicy {
-    pub(crate) name: String,
-    pub(crate) policy: Policy,
-}
-
 /// What every response of one layer says the same way, made once.
 #[derive(Debug, Clone)]
 pub(crate) struct Fields {
@@ -92,7 +85,9 @@ impl Fields {
             limits: (policies.iter())
                 .map(|(_, policy)| policy.map_or(0, |policy| policy.limit))
                 .collect(),
-            policy: HeaderValue::from_str(&value).ok().filter(|_| !value.is_empty()),
+            policy: HeaderValue::from_str(&value)
+                .ok()
+                .filter(|_| !value.is_empty()),
             legacy,
         }
     }
@@ -158,7 +153,10 @@ mod tests {
         assert_eq!(seconds_rounded_up(Duration::from_secs(3)), 3);
         assert_eq!(seconds_rounded_up(Duration::from_millis(3_001)), 4);
         assert_eq!(retry_after_value(Duration::ZERO), HeaderValue::from(1));
-        assert_eq!(retry_after_value(Duration::from_millis(59_999)), HeaderValue::from(60));
+        assert_eq!(
+            retry_after_value(Duration::from_millis(59_999)),
+            HeaderValue::from(60)
+        );
     }
 
     #[test]
@@ -215,7 +213,10 @@ mod tests {
         ];
         fields.insert(&mut headers, &quotas);
         assert_eq!(text(&headers, "x-ratelimit-limit").as_deref(), Some("100"));
-        assert_eq!(text(&headers, "x-ratelimit-remaining").as_deref(), Some("2"));
+        assert_eq!(
+            text(&headers, "x-ratelimit-remaining").as_deref(),
+            Some("2")
+        );
         assert_eq!(text(&headers, "x-ratelimit-reset").as_deref(), Some("1"));
     }
 

@@ -224,9 +224,7 @@ impl KeyExtractor for HeaderKey {
             }
         })?;
         match value.to_str() {
-            Ok(text) if !text.is_empty() && text.len() <= HeaderKey::MAX_LEN => {
-                Ok(text.to_owned())
-            }
+            Ok(text) if !text.is_empty() && text.len() <= HeaderKey::MAX_LEN => Ok(text.to_owned()),
             _ => Err(KeyError::InvalidHeader {
                 name: self.name.clone(),
             }),

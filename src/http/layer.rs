@@ -224,6 +224,11 @@ where
     }
 }
 
+/// A layer whose limits are in-process ([`Local`]): what
+/// [`RateLimitBuilder::build`] makes, named for a struct field that holds one.
+pub type LocalLayer<X, L, G, H = DefaultRefusal> =
+    RateLimitLayer<X, Local<<X as KeyExtractor>::Key, L, G>, H>;
+
 /// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
 pub struct RateLimitBuilder<X: KeyExtractor, L, G, H = DefaultRefusal> {
     key: X,
@@ -284,7 +289,11 @@ impl<K: Hash + Eq, H> Settings<K, H> {
     /// # Errors
     ///
     /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
-    pub(crate) fn into_layer<X, B>(self, key: X, limits: B) -> Result<RateLimitLayer<X, B, H>, BuildError>
+    pub(crate) fn into_layer<X, B>(
+        self,
+        key: X,
+        limits: B,
+    ) -> Result<RateLimitLayer<X, B, H>, BuildError>
     where
         X: KeyExtractor<Key = K>,
         B: Decide<K>,
@@ -479,7 +488,7 @@ where
     ///
     /// [`BuildError::Config`] with [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
     /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
-    pub fn build(self) -> Result<RateLimitLayer<X, Local<X::Key, L, G>, H>, BuildError> {
+    pub fn build(self) -> Result<LocalLayer<X, L, G, H>, BuildError> {
         let keyed = Keyed::builder(self.per_key)
             .max_keys(self.max_keys)
             .build()?;

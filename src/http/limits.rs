@@ -145,9 +145,7 @@ where
         } = self.keyed.try_acquire_with(key, cost, &**global);
         let outcome = match result {
             Ok(()) => Outcome::Admitted,
-            Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => {
-                self.outcome(Err(error))
-            }
+            Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => self.outcome(Err(error)),
         };
         Verdict {
             outcome,
@@ -252,7 +250,10 @@ where
     /// Waits first in, first out for `cost` permits of `key` (and of the global limit)
     /// up to `wait`.
     async fn wait(self, key: K, cost: u64, wait: Duration) -> Verdict {
-        let waited = tokio::time::timeout(wait, self.acquire(&key, cost)).await;
+        // A turn that comes at `wait` exactly is within it; the timer's deadline is the
+        // next tick after it, so that a grant due at `wait` lands first.
+        let deadline = wait.saturating_add(Duration::from_nanos(1));
+        let waited = tokio::time::timeout(deadline, self.acquire(&key, cost)).await;
         let outcome = match waited {
             Ok(Ok(())) => Outcome::Admitted,
             Ok(Err(outcome)) => outcome,

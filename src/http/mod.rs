@@ -60,7 +60,7 @@ pub use client_ip::{
 };
 pub use key::{key_fn, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead};
 pub use layer::{
-    ActualCost, BuildError, MissingKey, RateLimitBuilder, RateLimitLayer, Settle,
+    ActualCost, BuildError, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer, Settle,
     DEFAULT_MAX_KEYS,
 };
 pub use limits::{Limits, Local};

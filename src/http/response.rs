@@ -118,9 +118,7 @@ impl Refusal {
             | RefusalKind::NeverFits { .. }
             | RefusalKind::TooManyKeys { .. } => GRPC_RESOURCE_EXHAUSTED,
             RefusalKind::Unavailable { .. } => GRPC_UNAVAILABLE,
-            RefusalKind::NoKey(error) if error.status().is_client_error() => {
-                GRPC_INVALID_ARGUMENT
-            }
+            RefusalKind::NoKey(error) if error.status().is_client_error() => GRPC_INVALID_ARGUMENT,
             RefusalKind::NoKey(_) => GRPC_INTERNAL,
         }
     }
@@ -158,10 +156,9 @@ impl fmt::Display for Refusal {
                 f,
                 "the request costs {requested}, more than the limit of {limit} ever admits"
             ),
-            RefusalKind::TooManyKeys { retry_after } => write!(
-                f,
-                "too many clients at once; retry after {retry_after:?}"
-            ),
+            RefusalKind::TooManyKeys { retry_after } => {
+                write!(f, "too many clients at once; retry after {retry_after:?}")
+            }
             RefusalKind::NoKey(error) => write!(f, "no rate-limit key: {error}"),
             RefusalKind::Unavailable { reason } => {
                 write!(f, "the rate limits could not decide: {reason}")

@@ -52,7 +52,8 @@ impl<S: fmt::Debug, X: KeyExtractor, B, H> fmt::Debug for RateLimit<S, X, B, H> 
 
 /// Whether `headers` say the request is a gRPC call.
 fn is_grpc(headers: &HeaderMap) -> bool {
-    (headers.get(CONTENT_TYPE)).is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+    (headers.get(CONTENT_TYPE))
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// What an admitted request carries to its response: the quotas for its headers, and
@@ -134,14 +135,15 @@ where
     }
 }
 
-impl<S, X, B, H, ReqBody, ResBody> RateLimit<S, X, B, H>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    X: KeyExtractor,
-    H: RespondRefusal<ResBody>,
-{
+impl<S, X: KeyExtractor, B, H> RateLimit<S, X, B, H> {
     /// Passes `request` on untouched: not counted, no headers.
-    fn pass(&mut self, request: Request<ReqBody>) -> ResponseFuture<S, X, B, H, ReqBody, ResBody> {
+    fn pass<ReqBody, ResBody>(
+        &mut self,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S, X, B, H, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    {
         ResponseFuture {
             state: State::Calling {
                 future: self.inner.call(request),
@@ -154,13 +156,20 @@ where
         }
     }
 
-    fn refuse(
+    fn refuse<ReqBody, ResBody>(
         &self,
         kind: RefusalKind,
         headers: HeaderMap,
         grpc: bool,
-    ) -> ResponseFuture<S, X, B, H, ReqBody, ResBody> {
-        let response = self.shared.respond.respond(Refusal::new(kind, headers, grpc));
+    ) -> ResponseFuture<S, X, B, H, ReqBody, ResBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        H: RespondRefusal<ResBody>,
+    {
+        let response = self
+            .shared
+            .respond
+            .respond(Refusal::new(kind, headers, grpc));
         ResponseFuture {
             state: State::Refused {
                 response: Some(response),

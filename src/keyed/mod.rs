@@ -13,6 +13,8 @@ mod compact;
 mod joint;
 mod shard;
 
+pub(crate) use joint::{Joint, JointRefusal};
+
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
