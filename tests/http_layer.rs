@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, Request, Response, StatusCode};
 use token_bucket::http::{
-    key_fn, ActualCost, BuildError, ClientIp, GlobalKey, HeaderKey, KeyError, LocalLayer,
-    MissingKey, RateLimitLayer, RefusalKind, Settle, TrustedProxies,
+    key_fn, ActualCost, BuildError, ClientIp, ForwardedHeader, GlobalKey, HeaderKey, KeyError,
+    LocalLayer, MissingKey, RateLimitLayer, RefusalKind, Settle, TrustedProxies,
 };
 use token_bucket::{ConfigError, FixedWindow, Rate, SlidingLog, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
@@ -525,4 +525,91 @@ fn bad_settings_are_refused_with_what_was_wrong() {
         "the policy name \"per\\nclient\" cannot stand in a header field: use non-empty \
          visible ASCII and spaces"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_forwarding_headers_get_the_documented_fallback() {
+    // Behind one trusted proxy, each client 1 request an hour: a second request under the
+    // same key is refused, which shows which key each header produced.
+    let layer = |header| {
+        RateLimitLayer::builder(
+            ClientIp::behind(TrustedProxies::cidrs(["10.0.0.0/8".parse().unwrap()])).header(header),
+            TokenBucket::new(Rate::per_hour(1), 1).unwrap(),
+        )
+        .build()
+        .unwrap()
+    };
+    let huge = format!("{}198.51.100.1", "x, ".repeat(400_000));
+    let cases: [(ForwardedHeader, &str, &str, &str); 7] = [
+        // Garbage right of the proxy's entry: the walk ends, the proxy is the client.
+        (
+            ForwardedHeader::XForwardedFor,
+            "x-forwarded-for",
+            "198.51.100.1, ???",
+            "10.0.0.1",
+        ),
+        // A zone id is stripped: fe80::1%eth0 is fe80::/64.
+        (
+            ForwardedHeader::XForwardedFor,
+            "x-forwarded-for",
+            "fe80::1%eth0",
+            "fe80::2",
+        ),
+        // A port and brackets are stripped.
+        (
+            ForwardedHeader::XForwardedFor,
+            "x-forwarded-for",
+            "[2001:db8::1]:443",
+            "2001:db8::7",
+        ),
+        // RFC 7239: quoted, bracketed, with a port; mixed case.
+        (
+            ForwardedHeader::Forwarded,
+            "forwarded",
+            r#"For="[2001:db8::1]:4711""#,
+            "2001:db8::9",
+        ),
+        // An obfuscated node ends the walk at the proxy.
+        (
+            ForwardedHeader::Forwarded,
+            "forwarded",
+            "for=_hidden",
+            "10.0.0.1",
+        ),
+        // Unbalanced quotes and junk: never a panic, the proxy is the client.
+        (
+            ForwardedHeader::Forwarded,
+            "forwarded",
+            "for=\"198.51.100.1;by=;;,",
+            "10.0.0.1",
+        ),
+        // A megabyte of entries: only the right-most are read.
+        (
+            ForwardedHeader::XForwardedFor,
+            "x-forwarded-for",
+            &huge,
+            "198.51.100.1",
+        ),
+    ];
+    for (header, name, value, same_key_as) in cases {
+        let mut service = layer(header).layer(ok_service());
+        let (first, _) = send(&mut service, request_from("10.0.0.1", &[(name, value)])).await;
+        assert_eq!(first, StatusCode::OK, "{name}: {value:.40}");
+        // The key the malformed header produced is spent: a request keyed the same way,
+        // well formed, is refused.
+        let as_header = match header {
+            ForwardedHeader::Forwarded => format!("for=\"{same_key_as}\""),
+            _ => same_key_as.to_owned(),
+        };
+        let (second, _) = send(
+            &mut service,
+            request_from("10.0.0.1", &[(name, as_header.as_str())]),
+        )
+        .await;
+        assert_eq!(
+            second,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{name}: {value:.40} should key as {same_key_as}"
+        );
+    }
 }
