@@ -61,11 +61,12 @@ pub struct Quota {
     pub full_after: Duration,
 }
 
-/// One decision of [`Limiter::try_acquire_decision`]: whether the permits were
-/// acquired, and the limiter's [`Quota`] right after, read in the same step.
+/// One decision of [`Limiter::try_acquire_decision`](crate::Limiter::try_acquire_decision):
+/// whether the permits were acquired, and the limiter's [`Quota`] right after, read in the
+/// same step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
-    /// What [`Limiter::try_acquire`] would have answered.
+    /// What [`Limiter::try_acquire`](crate::Limiter::try_acquire) would have answered.
     pub result: Result<(), TryAcquireError>,
     /// The limiter's state right after the decision (after taking the permits, when it
     /// did); `None` from a limiter that does not report one.
