@@ -7,12 +7,12 @@
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
-// Used by the HTTP layer (issue 22), which is built beside this; until it is merged, only
-// the tests call it.
-#[cfg_attr(not(test), allow(dead_code))]
+// The joint decision serves the HTTP layer; without its feature only the tests call it.
+#[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
 mod joint;
 mod shard;
 
+#[cfg(feature = "http")]
 pub(crate) use joint::{Joint, JointRefusal};
 
 use std::borrow::Borrow;
