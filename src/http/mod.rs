@@ -60,8 +60,8 @@ pub use client_ip::{
 };
 pub use key::{key_fn, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead};
 pub use layer::{
-    ActualCost, BuildError, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer, Settle,
-    DEFAULT_MAX_KEYS,
+    ActualCost, BuildError, InProcess, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer,
+    Settle, DEFAULT_MAX_KEYS,
 };
 pub use limits::{Limits, Local};
 pub use response::{DefaultRefusal, Refusal, RefusalFn, RefusalKind, RespondRefusal};
