@@ -213,7 +213,7 @@ mod token_bucket;
 mod window;
 
 pub use self::algorithm::RedisAlgorithm;
-pub use self::all::{all, RedisAll, RedisMember};
+pub use self::all::{all, AllDecision, RedisAll, RedisMember};
 pub use self::connection::RedisConnection;
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};
