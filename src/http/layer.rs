@@ -187,15 +187,14 @@ impl RateLimitLayer<super::key::GlobalKey, Local<(), TokenBucket, TokenBucket>> 
         X: KeyExtractor,
         L: Limiter + Member,
     {
-        RateLimitBuilder {
+        RateLimitBuilder::with_limits(
             key,
-            limits: InProcess {
+            InProcess {
                 per_key,
                 global: None,
                 max_keys: DEFAULT_MAX_KEYS,
             },
-            settings: Settings::new(),
-        }
+        )
     }
 }
 
@@ -341,7 +340,41 @@ impl<X: KeyExtractor, P: fmt::Debug, H> fmt::Debug for RateLimitBuilder<X, P, H>
     }
 }
 
+impl<X: KeyExtractor, P> RateLimitBuilder<X, P, DefaultRefusal> {
+    /// A builder keying requests with `key`, its limits `limits`, the default settings.
+    pub(crate) fn with_limits(key: X, limits: P) -> RateLimitBuilder<X, P, DefaultRefusal> {
+        RateLimitBuilder {
+            key,
+            limits,
+            settings: Settings::new(),
+        }
+    }
+}
+
 impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
+    /// The same builder with its limits changed by `change`.
+    pub(crate) fn map_limits<P2>(self, change: impl FnOnce(P) -> P2) -> RateLimitBuilder<X, P2, H> {
+        RateLimitBuilder {
+            key: self.key,
+            limits: change(self.limits),
+            settings: self.settings,
+        }
+    }
+
+    /// The layer over the limits `make` makes of the builder's.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry; what
+    /// `make` returns.
+    pub(crate) fn into_layer<B: Decide<X::Key>>(
+        self,
+        make: impl FnOnce(P) -> Result<B, BuildError>,
+    ) -> Result<RateLimitLayer<X, B, H>, BuildError> {
+        let limits = make(self.limits)?;
+        self.settings.into_layer(self.key, limits)
+    }
+
     /// The names of the per-key and global limits in the `RateLimit-Policy` and
     /// `RateLimit` fields (`"client"` and `"global"` by default).
     pub fn policy_names(
@@ -465,15 +498,11 @@ where
         self,
         global: G2,
     ) -> RateLimitBuilder<X, InProcess<L, G2>, H> {
-        RateLimitBuilder {
-            key: self.key,
-            limits: InProcess {
-                per_key: self.limits.per_key,
-                global: Some(global),
-                max_keys: self.limits.max_keys,
-            },
-            settings: self.settings,
-        }
+        self.map_limits(|limits| InProcess {
+            per_key: limits.per_key,
+            global: Some(global),
+            max_keys: limits.max_keys,
+        })
     }
 
     /// The most keys held at once ([`DEFAULT_MAX_KEYS`] by default): a new key that finds
@@ -505,10 +534,11 @@ where
     /// [`BuildError::Config`] with [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
     /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
     pub fn build(self) -> Result<LocalLayer<X, L, G, H>, BuildError> {
-        let keyed = Keyed::builder(self.limits.per_key)
-            .max_keys(self.limits.max_keys)
-            .build()?;
-        self.settings
-            .into_layer(self.key, Local::new(keyed, self.limits.global))
+        self.into_layer(|limits| {
+            let keyed = Keyed::builder(limits.per_key)
+                .max_keys(limits.max_keys)
+                .build()?;
+            Ok(Local::new(keyed, limits.global))
+        })
     }
 }

@@ -1,0 +1,188 @@
+//! The HTTP layer over Redis: two real axum servers on loopback share one `redis-server`
+//! (started by the test), so a client's budget and the global one hold across both, and a
+//! Redis that is down is answered as the failure policy says.
+//!
+//! Redis decides on its own clock, so the limits here are per hour: nothing comes back
+//! while the test runs.
+#![cfg(all(feature = "axum", feature = "redis"))]
+
+#[path = "common/redis_server.rs"]
+#[allow(dead_code)] // The cluster half of the harness is not used here.
+mod redis_server;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use redis_server::RedisServer;
+use token_bucket::http::{ClientIp, RateLimitLayer};
+use token_bucket::redis::{
+    driver, FailurePolicy, RedisFixedWindow, RedisOptions, RedisTokenBucket,
+};
+use token_bucket::Rate;
+
+async fn connection(server: &RedisServer) -> driver::aio::ConnectionManager {
+    let client = driver::Client::open(server.url()).unwrap();
+    driver::aio::ConnectionManager::new(client).await.unwrap()
+}
+
+/// One server of the fleet: per client 3 in an hour, for everyone 5 in an hour, both
+/// in Redis under `prefix`.
+async fn server(
+    connection: driver::aio::ConnectionManager,
+    policy: FailurePolicy,
+    prefix: &str,
+) -> SocketAddr {
+    let options = RedisOptions::new(policy)
+        .with_prefix(prefix)
+        .with_timeout(Duration::from_secs(2));
+    let per_client = RedisFixedWindow::new(
+        connection.clone(),
+        3,
+        Duration::from_secs(3600),
+        options.clone(),
+    )
+    .unwrap();
+    let everyone = RedisTokenBucket::new(
+        connection,
+        Rate::per_hour(5),
+        5,
+        options.with_prefix(format!("{prefix}global:")),
+    )
+    .unwrap();
+    let layer = RateLimitLayer::redis_builder(ClientIp::peer(), per_client)
+        .global(&everyone, "all")
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await });
+    address
+}
+
+async fn get_from(from: u8, address: SocketAddr) -> (StatusCode, HeaderMap) {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, from))));
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let request = Request::get(format!("http://{address}/"))
+        .body(Empty::new())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    (response.status(), response.headers().clone())
+}
+
+fn text(headers: &HeaderMap, name: &str) -> String {
+    headers[name].to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_each_clients_budget_and_the_global_one() {
+    let redis = RedisServer::start();
+    let first = server(
+        connection(&redis).await,
+        FailurePolicy::FailClosed,
+        "fleet:",
+    )
+    .await;
+    let second = server(
+        connection(&redis).await,
+        FailurePolicy::FailClosed,
+        "fleet:",
+    )
+    .await;
+
+    // Client 1: two requests to one server, one to the other, then the fourth is refused
+    // wherever it goes.
+    let mut answers = Vec::new();
+    for address in [first, second, first, second] {
+        answers.push(get_from(1, address).await);
+    }
+    let codes: Vec<_> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        codes,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let remaining: Vec<_> = answers
+        .iter()
+        .map(|(_, headers)| text(headers, "ratelimit"))
+        .collect();
+    for (answer, (client, global)) in remaining.iter().zip([(2, 4), (1, 3), (0, 2), (0, 2)]) {
+        assert!(
+            answer.starts_with(&format!(r#""client";r={client};t="#)),
+            "{answer}"
+        );
+        assert!(
+            answer.contains(&format!(r#""global";r={global};t="#)),
+            "{answer}"
+        );
+    }
+    let refused = &answers[3].1;
+    let retry_after: u64 = text(refused, "retry-after").parse().unwrap();
+    assert!((3_500..=3_600).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        text(refused, "ratelimit-policy"),
+        r#""client";q=3;w=3600, "global";q=5;w=3600"#
+    );
+
+    // Client 2: two admitted across both servers, then the global budget is spent, and
+    // the refusal takes nothing from its own.
+    let mut codes = Vec::new();
+    let mut last = HeaderMap::new();
+    for address in [second, first, second] {
+        let (status, headers) = get_from(2, address).await;
+        codes.push(status);
+        last = headers;
+    }
+    assert_eq!(
+        codes,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    assert!(text(&last, "ratelimit").starts_with(r#""client";r=1;t="#));
+    assert!(text(&last, "ratelimit").contains(r#""global";r=0;t="#));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_is_down_is_answered_as_the_failure_policy_says() {
+    let mut redis = RedisServer::start();
+    let closed = server(
+        connection(&redis).await,
+        FailurePolicy::FailClosed,
+        "closed:",
+    )
+    .await;
+    let open = server(connection(&redis).await, FailurePolicy::FailOpen, "open:").await;
+    redis.stop();
+    let (status, headers) = get_from(1, closed).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers.get("ratelimit"), None);
+    // Failing open, it is admitted, with nothing to say of a quota Redis did not report.
+    let (status, headers) = get_from(1, open).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers.get("ratelimit"), None);
+    assert_eq!(
+        text(&headers, "ratelimit-policy"),
+        r#""client";q=3;w=3600, "global";q=5;w=3600"#
+    );
+}
