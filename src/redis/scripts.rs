@@ -466,6 +466,16 @@ mod tests {
         // A bucket of 10 tokens of 1,000 parts, gaining one part a microsecond.
         let bucket = |asked| [10_000, 1, asked];
         let holding = [&["HSET", "parts", "4000", "time", "1000000"][..]];
+        // Three permits, named as sl_commit names them: their microsecond, an index.
+        let logged = [&[
+            "ZADD",
+            "1000000",
+            "1000000:0",
+            "1200000",
+            "1200000:0",
+            "1300000",
+            "1300000:0",
+        ][..]];
         let cases: Vec<Case<'_>> = vec![
             // Untouched: full.
             ("tb", &[], 1_000_000, bucket(0), [-1, 10_000, 0, -1]),
@@ -534,7 +544,7 @@ mod tests {
             ),
             (
                 "sl",
-                &[&["ZADD", "1000000", "a", "1200000", "b", "1300000", "c"]],
+                &logged,
                 1_500_000,
                 [3, 1_000_000, 1],
                 // Back when the oldest stops counting; whole when the newest does.
@@ -542,22 +552,16 @@ mod tests {
             ),
             (
                 "sl",
-                &[&["ZADD", "1000000", "a", "1200000", "b", "1300000", "c"]],
+                &logged,
                 2_250_000,
                 [3, 1_000_000, 1],
                 [-1, 2, 50_000, 1_000_000],
             ),
-            (
-                "sl",
-                &[&["ZADD", "1000000", "a", "1200000", "b", "1300000", "c"]],
-                2_400_000,
-                [3, 1_000_000, 0],
-                [-1, 3, 0, -1],
-            ),
+            ("sl", &logged, 2_400_000, [3, 1_000_000, 0], [-1, 3, 0, -1]),
             // A permit logged later than now (a clock stepped back) counts until its end.
             (
                 "sl",
-                &[&["ZADD", "2000000", "a"]],
+                &[&["ZADD", "2000000", "2000000:0"]],
                 1_500_000,
                 [3, 1_000_000, 1],
                 [-1, 2, 1_500_000, 1_500_000],

@@ -5,6 +5,7 @@
 -- its window ends.
 --
 -- Arguments: the limit, the window in microseconds, the permits asked for.
+
 -- Decides; see one_key.lua for what it returns. The window is whole when it has admitted
 -- nothing (no state, or its window ended), else once it ends.
 local function fw_decide(key, now, limit, window, asked)
