@@ -24,7 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use redis_server::RedisServer;
 use token_bucket::http::{ClientIp, RateLimitLayer};
 use token_bucket::redis::{
-    driver, FailurePolicy, RedisFixedWindow, RedisOptions, RedisTokenBucket,
+    driver, FailurePolicy, LeaseOptions, RedisFixedWindow, RedisOptions, RedisTokenBucket,
 };
 use token_bucket::Rate;
 
@@ -61,9 +61,16 @@ async fn server(
         .global(&everyone, "all")
         .build()
         .unwrap();
-    let app = Router::new()
-        .route("/", get(|| async { "hello" }))
-        .layer(layer);
+    serve(
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(layer),
+    )
+    .await
+}
+
+/// Serves `app` on a free loopback port, with each connection's address known.
+async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .await
         .unwrap();
@@ -184,5 +191,68 @@ async fn a_redis_that_is_down_is_answered_as_the_failure_policy_says() {
     assert_eq!(
         text(&headers, "ratelimit-policy"),
         r#""client";q=3;w=3600, "global";q=5;w=3600"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_a_leased_global_limit() {
+    let redis = RedisServer::start();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let connection = connection(&redis).await;
+        let options = RedisOptions::new(FailurePolicy::FailClosed).with_prefix("leased:");
+        let per_client = RedisFixedWindow::new(
+            connection.clone(),
+            3,
+            Duration::from_secs(3600),
+            options.clone(),
+        )
+        .unwrap();
+        let everyone = RedisTokenBucket::new(
+            connection,
+            Rate::per_hour(4),
+            4,
+            options.with_prefix("leased:global:"),
+        )
+        .unwrap();
+        // One token a lease, so that no front holds a token the other could use.
+        let leases = LeaseOptions::new().with_max_lease(1);
+        let layer = RateLimitLayer::redis_builder(ClientIp::peer(), per_client)
+            .global_leased(&everyone, "all", leases)
+            .unwrap()
+            .build()
+            .unwrap();
+        servers.push(
+            serve(
+                Router::new()
+                    .route("/", get(|| async { "hello" }))
+                    .layer(layer),
+            )
+            .await,
+        );
+    }
+    let (first, second) = (servers[0], servers[1]);
+    let mut codes = Vec::new();
+    for (client, address) in [(1, first), (1, second), (1, first), (2, second), (2, first)] {
+        let (status, headers) = get_from(client, address).await;
+        // A front vouches for no global quota: only the client's is reported.
+        if status == StatusCode::OK {
+            assert!(!text(&headers, "ratelimit").contains("global"));
+            assert_eq!(
+                text(&headers, "ratelimit-policy"),
+                r#""client";q=3;w=3600, "global";q=4;w=3600"#
+            );
+        }
+        codes.push(status);
+    }
+    assert_eq!(
+        codes,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
 }

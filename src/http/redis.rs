@@ -7,30 +7,68 @@ use std::time::Duration;
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
 use super::limits::{private::Decide, Decided, Outcome, Verdict};
-use crate::error::TryAcquireError;
+use crate::error::{ConfigError, TryAcquireError};
 use crate::quota::{Decision, Policy};
 use crate::redis::{
-    all, AllDecision, RedisAlgorithm, RedisConnection, RedisLimitError, RedisLimiter, RedisMember,
+    all, AllDecision, LeaseOptions, LeasedBucket, RedisAlgorithm, RedisConnection, RedisLimitError,
+    RedisLimiter, RedisMember, TokenBucketScript,
 };
 
 /// The limits of a layer built by [`RateLimitLayer::redis_builder`], in Redis: a key of
 /// `per_key` for each client, and optionally one global member decided in the same script
 /// call. Each request is one call.
-pub struct RedisLimits<A, C> {
+pub struct RedisLimits<A, C: RedisConnection> {
     per_key: RedisLimiter<A, C>,
-    global: Option<(RedisMember, Policy)>,
+    global: Option<Global<C>>,
 }
 
-impl<A, C> fmt::Debug for RedisLimits<A, C> {
+/// The global limit of a Redis layer.
+enum Global<C: RedisConnection> {
+    /// A key decided with the client's in one script call, all or nothing.
+    Member(RedisMember, Policy),
+    /// A hot key's local front, which takes tokens in leases.
+    Leased(LeasedBucket<C>, Policy),
+}
+
+impl<C: RedisConnection> Clone for Global<C> {
+    fn clone(&self) -> Global<C> {
+        match self {
+            Global::Member(member, policy) => Global::Member(member.clone(), *policy),
+            Global::Leased(front, policy) => Global::Leased(front.clone(), *policy),
+        }
+    }
+}
+
+impl<C: RedisConnection> Global<C> {
+    fn policy(&self) -> Policy {
+        match self {
+            Global::Member(_, policy) | Global::Leased(_, policy) => *policy,
+        }
+    }
+
+    fn redis_key(&self) -> &str {
+        match self {
+            Global::Member(member, _) => member.redis_key(),
+            Global::Leased(front, _) => front.redis_key(),
+        }
+    }
+}
+
+impl<A, C: RedisConnection> fmt::Debug for RedisLimits<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let global = self.global.as_ref().map(|(member, _)| member.redis_key());
+        let global = self.global.as_ref().map(Global::redis_key);
         f.debug_struct("RedisLimits")
             .field("global", &global)
             .finish_non_exhaustive()
     }
 }
 
-impl RateLimitLayer<super::key::GlobalKey, RedisLimits<(), ()>> {
+impl
+    RateLimitLayer<
+        super::key::GlobalKey,
+        RedisLimits<(), crate::redis::driver::aio::ConnectionManager>,
+    >
+{
     /// A builder of a layer that keys requests with `key` and limits each key in Redis
     /// with `per_key`, under the key's text (its `Display`): every server that uses the
     /// same Redis and settings shares each client's budget.
@@ -106,12 +144,37 @@ where
         A2: RedisAlgorithm,
         C2: RedisConnection,
     {
-        let policy = limiter.policy();
-        let member = limiter.member(key);
+        let global = Global::Member(limiter.member(key), limiter.policy());
         self.map_limits(|limits| RedisLimits {
-            global: Some((member, policy)),
+            global: Some(global),
             ..limits
         })
+    }
+
+    /// Adds a limit on every request together as a hot key's leased front
+    /// ([`LeasedBucket`]): `limiter`'s key `key`, taken in leases, so that most requests
+    /// decide it without a call to Redis, on any Redis Cluster node.
+    ///
+    /// Not all or nothing: the global token is taken first, in process, then the
+    /// client's key in Redis; a request its client's key refuses has spent its global
+    /// token (the global limit errs strict, and the client's budget is never spent by
+    /// a refusal). The `RateLimit` field reports no global quota: a front knows none it
+    /// could vouch for (see [`LeasedBucket`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`RedisLimiter::leased`] for `options`.
+    pub fn global_leased(
+        self,
+        limiter: &RedisLimiter<TokenBucketScript, C>,
+        key: &str,
+        options: LeaseOptions,
+    ) -> Result<RateLimitBuilder<X, RedisLimits<A, C>, H>, ConfigError> {
+        let global = Global::Leased(limiter.leased(key, options)?, limiter.policy());
+        Ok(self.map_limits(|limits| RedisLimits {
+            global: Some(global),
+            ..limits
+        }))
     }
 
     /// The layer.
@@ -155,32 +218,44 @@ fn unavailable(error: RedisLimitError) -> Verdict {
 }
 
 impl<A: RedisAlgorithm, C: RedisConnection> RedisLimits<A, C> {
-    /// One script call: the client's key, and the global member with it.
+    /// The client's key alone: one script call.
+    async fn try_decide_key(per_key: &RedisLimiter<A, C>, key: &str, cost: u64) -> Verdict {
+        match per_key.try_acquire_decision(key, cost).await {
+            Ok(Decision { result, quota }) => Verdict {
+                outcome: outcome(result),
+                quotas: [quota, None],
+            },
+            Err(error) => unavailable(error),
+        }
+    }
+
+    /// The client's key and the global limit.
     async fn try_decide(
         per_key: &RedisLimiter<A, C>,
-        global: Option<&RedisMember>,
+        global: Option<&Global<C>>,
         key: &str,
         cost: u64,
     ) -> Verdict {
-        let Some(global) = global else {
-            return match per_key.try_acquire_decision(key, cost).await {
-                Ok(Decision { result, quota }) => Verdict {
-                    outcome: outcome(result),
-                    quotas: [quota, None],
-                },
-                Err(error) => unavailable(error),
-            };
-        };
-        let both = all([per_key.member(key), global.clone()]);
-        match both.try_acquire_decision(cost).await {
-            Ok(AllDecision { result, members }) => {
-                let quota = |index: usize| members.get(index).and_then(|member| member.quota);
-                Verdict {
-                    outcome: outcome(result),
-                    quotas: [quota(0), quota(1)],
+        match global {
+            None => Self::try_decide_key(per_key, key, cost).await,
+            Some(Global::Member(global, _)) => {
+                let both = all([per_key.member(key), global.clone()]);
+                match both.try_acquire_decision(cost).await {
+                    Ok(AllDecision { result, members }) => {
+                        let quota =
+                            |index: usize| members.get(index).and_then(|member| member.quota);
+                        Verdict {
+                            outcome: outcome(result),
+                            quotas: [quota(0), quota(1)],
+                        }
+                    }
+                    Err(error) => unavailable(error),
                 }
             }
-            Err(error) => unavailable(error),
+            Some(Global::Leased(front, _)) => match front.try_take(cost).await {
+                Ok(()) => Self::try_decide_key(per_key, key, cost).await,
+                Err(error) => unavailable(error),
+            },
         }
     }
 }
@@ -193,7 +268,7 @@ where
 {
     fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided {
         let per_key = self.per_key.clone();
-        let global = self.global.as_ref().map(|(member, _)| member.clone());
+        let global = self.global.clone();
         let key = key.to_string();
         Decided::Later(Box::pin(async move {
             let start = tokio::time::Instant::now();
@@ -220,7 +295,7 @@ where
     fn policies(&self) -> [Option<Policy>; 2] {
         [
             Some(self.per_key.policy()),
-            self.global.as_ref().map(|(_, policy)| *policy),
+            self.global.as_ref().map(Global::policy),
         ]
     }
 
