@@ -6,21 +6,17 @@
 //! while the test runs.
 #![cfg(all(feature = "axum", feature = "redis"))]
 
+#[path = "common/http.rs"]
+mod common_http;
 #[path = "common/redis_server.rs"]
 #[allow(dead_code)] // The cluster half of the harness is not used here.
 mod redis_server;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
-use http::{HeaderMap, Request, StatusCode};
-use http_body_util::Empty;
-use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use common_http::{client_from, hello, local, serve, text};
+use http::{HeaderMap, StatusCode};
 use redis_server::RedisServer;
 use token_bucket::http::{ClientIp, RateLimitLayer};
 use token_bucket::redis::{
@@ -61,38 +57,12 @@ async fn server(
         .global(&everyone, "all")
         .build()
         .unwrap();
-    serve(
-        Router::new()
-            .route("/", get(|| async { "hello" }))
-            .layer(layer),
-    )
-    .await
+    serve(hello().layer(layer)).await
 }
 
-/// Serves `app` on a free loopback port, with each connection's address known.
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    let service = app.into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await });
-    address
-}
-
+/// A GET from the loopback address `127.0.0.<from>`, on a fresh connection.
 async fn get_from(from: u8, address: SocketAddr) -> (StatusCode, HeaderMap) {
-    let mut connector = HttpConnector::new();
-    connector.set_local_address(Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, from))));
-    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
-    let request = Request::get(format!("http://{address}/"))
-        .body(Empty::new())
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    (response.status(), response.headers().clone())
-}
-
-fn text(headers: &HeaderMap, name: &str) -> String {
-    headers[name].to_str().unwrap().to_owned()
+    common_http::get_from(&client_from(local(from)), address, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,14 +192,7 @@ async fn two_servers_share_a_leased_global_limit() {
             .unwrap()
             .build()
             .unwrap();
-        servers.push(
-            serve(
-                Router::new()
-                    .route("/", get(|| async { "hello" }))
-                    .layer(layer),
-            )
-            .await,
-        );
+        servers.push(serve(hello().layer(layer)).await);
     }
     let (first, second) = (servers[0], servers[1]);
     let mut codes = Vec::new();

@@ -8,42 +8,31 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::response::RefusalKind;
 use crate::composite::{all, Member};
 use crate::error::{AcquireAllError, AcquireError, TryAcquireError};
 use crate::keyed::{Joint, JointRefusal, Keyed};
 use crate::limiter::Limiter;
 use crate::quota::{Policy, Quota};
 
-/// How one request fared.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Admitted: its permits were taken from every limit.
-    Admitted,
-    /// A limit is spent for now; the same request could pass after `retry_after`.
-    Limited {
-        /// How long until the same request could pass, if nobody else takes first.
-        retry_after: Duration,
-    },
-    /// The request costs more than a limit ever admits at once: it can never pass.
-    NeverFits {
-        /// What it costs.
-        requested: u64,
-        /// The most the limit admits at once.
-        limit: u64,
-    },
-    /// The key is new and the table of keys is full of busy ones.
-    TooManyKeys {
-        /// When to come back: the per-key limiter's window, by which every key that
-        /// sends nothing more is forgettable.
-        retry_after: Duration,
-    },
-    /// The limits could not decide: a closed bucket, or Redis down under a fail-closed
-    /// policy.
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
+/// How one request fared: admitted, or why not.
+pub type Outcome = Result<(), RefusalKind>;
+
+/// A limiter's refusal as the layer answers it; `key_window` is when to come back from a
+/// table too full to hold a new key.
+pub(crate) fn refusal(error: TryAcquireError, key_window: Duration) -> RefusalKind {
+    match error {
+        TryAcquireError::Limited { retry_after } => RefusalKind::Limited { retry_after },
+        TryAcquireError::ExceedsLimit { requested, limit } => {
+            RefusalKind::NeverFits { requested, limit }
+        }
+        TryAcquireError::TooManyKeys { .. } => RefusalKind::TooManyKeys {
+            retry_after: key_window,
+        },
+        error @ TryAcquireError::Closed => RefusalKind::Unavailable {
+            reason: error.to_string(),
+        },
+    }
 }
 
 /// One decision: its outcome, and each limit's quota as the decision left it (the
@@ -144,7 +133,7 @@ where
             global: global_quota,
         } = self.keyed.try_acquire_with(key, cost, &**global);
         let outcome = match result {
-            Ok(()) => Outcome::Admitted,
+            Ok(()) => Ok(()),
             Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => self.outcome(Err(error)),
         };
         Verdict {
@@ -154,19 +143,7 @@ where
     }
 
     fn outcome(&self, result: Result<(), TryAcquireError>) -> Outcome {
-        match result {
-            Ok(()) => Outcome::Admitted,
-            Err(TryAcquireError::Limited { retry_after }) => Outcome::Limited { retry_after },
-            Err(TryAcquireError::ExceedsLimit { requested, limit }) => {
-                Outcome::NeverFits { requested, limit }
-            }
-            Err(TryAcquireError::TooManyKeys { .. }) => Outcome::TooManyKeys {
-                retry_after: self.key_window(),
-            },
-            Err(error @ TryAcquireError::Closed) => Outcome::Unavailable {
-                reason: error.to_string(),
-            },
-        }
+        result.map_err(|error| refusal(error, self.key_window()))
     }
 
     /// How long a key takes to become idle once it is left alone: its limiter's window.
@@ -194,7 +171,7 @@ where
         match (&verdict.outcome, wait) {
             // Worth waiting only when it could pass in time: `retry_after` is never
             // shorter than the true wait.
-            (Outcome::Limited { retry_after }, Some(wait)) if *retry_after <= wait => {
+            (Err(RefusalKind::Limited { retry_after }), Some(wait)) if *retry_after <= wait => {
                 let waiting = Local {
                     keyed: self.keyed.clone(),
                     global: self.global.clone(),
@@ -255,10 +232,10 @@ where
         let deadline = wait.saturating_add(Duration::from_nanos(1));
         let waited = tokio::time::timeout(deadline, self.acquire(&key, cost)).await;
         let outcome = match waited {
-            Ok(Ok(())) => Outcome::Admitted,
+            Ok(Ok(())) => Ok(()),
             Ok(Err(outcome)) => outcome,
             // Waited as long as allowed behind others: the line is at least that long.
-            Err(_elapsed) => Outcome::Limited { retry_after: wait },
+            Err(_elapsed) => Err(RefusalKind::Limited { retry_after: wait }),
         };
         Verdict {
             outcome,
@@ -271,31 +248,33 @@ where
             return (self.keyed.acquire(key, cost).await).map_err(|error| self.refusal(error));
         };
         let whole = (self.keyed.limiter(key)).map_err(|error| self.outcome(Err(error)))?;
-        let both = all((whole, Arc::clone(global))).map_err(|error| Outcome::Unavailable {
-            reason: error.to_string(),
+        let both = all((whole, Arc::clone(global))).map_err(|error| {
+            Err(RefusalKind::Unavailable {
+                reason: error.to_string(),
+            })
         })?;
         both.acquire(cost).await.map_err(|error| match error {
             AcquireAllError::Member {
                 error: AcquireError::ExceedsLimit { requested, limit },
                 ..
-            } => Outcome::NeverFits { requested, limit },
-            other => Outcome::Unavailable {
+            } => Err(RefusalKind::NeverFits { requested, limit }),
+            other => Err(RefusalKind::Unavailable {
                 reason: other.to_string(),
-            },
+            }),
         })
     }
 
     fn refusal(&self, error: AcquireError) -> Outcome {
         match error {
             AcquireError::ExceedsLimit { requested, limit } => {
-                Outcome::NeverFits { requested, limit }
+                Err(RefusalKind::NeverFits { requested, limit })
             }
-            AcquireError::TooManyKeys { .. } => Outcome::TooManyKeys {
+            AcquireError::TooManyKeys { .. } => Err(RefusalKind::TooManyKeys {
                 retry_after: self.key_window(),
-            },
-            other => Outcome::Unavailable {
+            }),
+            other => Err(RefusalKind::Unavailable {
                 reason: other.to_string(),
-            },
+            }),
         }
     }
 }

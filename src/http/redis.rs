@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
-use super::limits::{private::Decide, Decided, Outcome, Verdict};
+use super::limits::{private::Decide, refusal, Decided, Outcome, Verdict};
+use super::response::RefusalKind;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::quota::{Decision, Policy};
 use crate::redis::{
@@ -187,29 +188,22 @@ where
     }
 }
 
-/// A Redis answer as the layer's outcome.
+/// A Redis answer as the layer's outcome. Redis keeps no table of keys, so a key is
+/// never refused for want of room: the window passed for that is never used.
 fn outcome(result: Result<(), TryAcquireError>) -> Outcome {
-    match result {
-        Ok(()) => Outcome::Admitted,
-        Err(TryAcquireError::Limited { retry_after }) => Outcome::Limited { retry_after },
-        Err(TryAcquireError::ExceedsLimit { requested, limit }) => {
-            Outcome::NeverFits { requested, limit }
-        }
-        Err(other) => Outcome::Unavailable {
-            reason: other.to_string(),
-        },
-    }
+    result.map_err(|error| refusal(error, Duration::ZERO))
 }
 
+/// A Redis failure (or a leased front's refusal) as the layer's outcome.
 fn unavailable(error: RedisLimitError) -> Verdict {
     let outcome = match error {
-        RedisLimitError::Limited { retry_after } => Outcome::Limited { retry_after },
+        RedisLimitError::Limited { retry_after } => Err(RefusalKind::Limited { retry_after }),
         RedisLimitError::ExceedsLimit { requested, limit } => {
-            Outcome::NeverFits { requested, limit }
+            Err(RefusalKind::NeverFits { requested, limit })
         }
-        other => Outcome::Unavailable {
+        other => Err(RefusalKind::Unavailable {
             reason: other.to_string(),
-        },
+        }),
     };
     Verdict {
         outcome,
@@ -277,7 +271,7 @@ where
                 // Waiting across processes is not first in, first out: ask again once
                 // Redis says the request could pass, while that is within the bound.
                 match (&verdict.outcome, wait) {
-                    (Outcome::Limited { retry_after }, Some(wait))
+                    (Err(RefusalKind::Limited { retry_after }), Some(wait))
                         if start.elapsed() + *retry_after <= wait =>
                     {
                         tokio::time::sleep(*retry_after).await;

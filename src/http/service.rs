@@ -16,7 +16,7 @@ use tower::Service;
 
 use super::key::{KeyExtractor, RequestHead};
 use super::layer::{ActualCost, MissingKey, Mode, Settle, Shared};
-use super::limits::{private::Decide, Decided, Outcome, Verdict};
+use super::limits::{private::Decide, Decided, Verdict};
 use super::response::{Refusal, RefusalKind, RespondRefusal};
 use crate::quota::Quota;
 
@@ -194,22 +194,13 @@ where
     X: KeyExtractor,
     H: RespondRefusal<ResBody>,
 {
-    let refusal = match verdict.outcome {
-        Outcome::Admitted => None,
-        Outcome::Limited { retry_after } => Some(RefusalKind::Limited { retry_after }),
-        Outcome::NeverFits { requested, limit } => {
-            Some(RefusalKind::NeverFits { requested, limit })
-        }
-        Outcome::TooManyKeys { retry_after } => Some(RefusalKind::TooManyKeys { retry_after }),
-        Outcome::Unavailable { reason } => Some(RefusalKind::Unavailable { reason }),
-    };
-    let admitted = match refusal {
-        None => true,
-        Some(_) if shared.mode == Mode::Shadow => {
+    let admitted = match verdict.outcome {
+        Ok(()) => true,
+        Err(_) if shared.mode == Mode::Shadow => {
             shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
             false
         }
-        Some(kind) => {
+        Err(kind) => {
             let mut headers = HeaderMap::new();
             // A table too full to hold the key says nothing of the client's quota.
             if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
