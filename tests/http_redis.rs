@@ -219,3 +219,90 @@ async fn two_servers_share_a_leased_global_limit() {
         ]
     );
 }
+
+async fn leased_server(
+    redis: &RedisServer,
+    prefix: &str,
+    per_client: u64,
+    window: Duration,
+    wait: Option<Duration>,
+) -> SocketAddr {
+    let client = driver::Client::open(redis.url()).unwrap();
+    let connection = driver::aio::ConnectionManager::new(client).await.unwrap();
+    let options = RedisOptions::new(FailurePolicy::FailClosed).with_prefix(prefix);
+    let per_client =
+        RedisFixedWindow::new(connection.clone(), per_client, window, options.clone()).unwrap();
+    let everyone = RedisTokenBucket::new(
+        connection,
+        Rate::per_hour(10),
+        10,
+        options.with_prefix(format!("{prefix}global:")),
+    )
+    .unwrap();
+    let mut builder = RateLimitLayer::redis_builder(ClientIp::peer(), per_client)
+        .global_leased(&everyone, "all", LeaseOptions::new().with_max_lease(1))
+        .unwrap();
+    if let Some(wait) = wait {
+        builder = builder.wait_up_to(wait);
+    }
+    serve(hello().layer(builder.build().unwrap())).await
+}
+
+async fn get(from: u8, address: SocketAddr) -> StatusCode {
+    common_http::get_from(&client_from(local(from)), address, &[])
+        .await
+        .0
+}
+
+/// One client over its own limit must not spend everyone's global budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_of_one_client_do_not_drain_the_global_limit() {
+    let redis = RedisServer::start();
+    let server = leased_server(&redis, "drain:", 1, Duration::from_secs(3600), None).await;
+    // Client 1: one admitted, then nine refused by its own key.
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        codes.push(get(1, server).await);
+    }
+    assert_eq!(codes[0], StatusCode::OK);
+    assert!(codes[1..]
+        .iter()
+        .all(|code| *code == StatusCode::TOO_MANY_REQUESTS));
+    // Client 2 has its own budget, and 9 of the 10 global tokens were never used.
+    assert_eq!(
+        get(2, server).await,
+        StatusCode::OK,
+        "client 2 refused: client 1's refusals spent the global limit"
+    );
+}
+
+/// A waiting request that is admitted once is counted once against the global limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_is_counted_once_by_the_global_limit() {
+    let redis = RedisServer::start();
+    // Each client 1 a second; wait up to 3 s.
+    let server = leased_server(
+        &redis,
+        "wait:",
+        1,
+        Duration::from_secs(1),
+        Some(Duration::from_secs(3)),
+    )
+    .await;
+    // Client 1: two requests; the second waits for the next second. 2 global tokens used.
+    assert_eq!(get(1, server).await, StatusCode::OK);
+    assert_eq!(get(1, server).await, StatusCode::OK);
+    // Clients 2..: one request each, until the global limit refuses. 8 should pass.
+    let mut admitted = 0;
+    for client in 2..20 {
+        if get(client, server).await == StatusCode::OK {
+            admitted += 1;
+        } else {
+            break;
+        }
+    }
+    assert_eq!(
+        admitted, 8,
+        "the global limit counted more than 2 for client 1's two requests"
+    );
+}

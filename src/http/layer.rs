@@ -213,7 +213,7 @@ impl<X: KeyExtractor, B: Limits<X::Key>, H> RateLimitLayer<X, B, H> {
     }
 }
 
-impl<X, L, G> RateLimitLayer<X, Local<X::Key, L, G>, DefaultRefusal>
+impl<X, L, G, H> RateLimitLayer<X, Local<X::Key, L, G>, H>
 where
     X: KeyExtractor,
     L: Limiter + Member,

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::response::RefusalKind;
-use crate::composite::{all, Member};
-use crate::error::{AcquireAllError, AcquireError, TryAcquireError};
+use tokio::time::{timeout_at, Instant};
+
+use crate::composite::Member;
+use crate::error::{AcquireError, TryAcquireError};
 use crate::keyed::{Joint, JointRefusal, Keyed};
 use crate::limiter::Limiter;
 use crate::quota::{Policy, Quota};
@@ -72,9 +74,10 @@ pub(crate) mod private {
         fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided;
 
         /// Settles a request charged `charged` permits that turned out to cost `actual`:
-        /// gives back what it did not use, or takes the excess as far as the limits have
-        /// it now.
-        fn settle(&self, key: &K, charged: u64, actual: u64);
+        /// gives back what it did not use to each limit whose `refundable` is set (the
+        /// per-key one, then the global one), or takes the excess as far as the limits
+        /// have it now.
+        fn settle(&self, key: &K, charged: u64, actual: u64, refundable: [bool; 2]);
 
         /// Each limit's policy: the per-key limit's, then the global one's.
         fn policies(&self) -> [Option<Policy>; 2];
@@ -134,6 +137,17 @@ where
         } = self.keyed.try_acquire_with(key, cost, &**global);
         let outcome = match result {
             Ok(()) => Ok(()),
+            Err(JointRefusal::Key(TryAcquireError::Limited { retry_after })) => {
+                // The global limit was not asked. If it could not admit the request now
+                // either, a client that came back after the key's wait alone could be
+                // refused again: wait until it is whole at the latest (never early).
+                let global_wait = (global_quota)
+                    .filter(|quota| quota.remaining < cost)
+                    .map_or(Duration::ZERO, |quota| quota.full_after);
+                Err(RefusalKind::Limited {
+                    retry_after: retry_after.max(global_wait),
+                })
+            }
             Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => self.outcome(Err(error)),
         };
         Verdict {
@@ -183,11 +197,13 @@ where
         }
     }
 
-    fn settle(&self, key: &K, charged: u64, actual: u64) {
+    fn settle(&self, key: &K, charged: u64, actual: u64, refundable: [bool; 2]) {
         if actual < charged {
             let unused = charged - actual;
-            self.keyed.refund(key, unused);
-            if let Some(global) = &self.global {
+            if refundable[0] {
+                self.keyed.refund(key, unused);
+            }
+            if let (Some(global), true) = (&self.global, refundable[1]) {
                 global.refund(unused);
             }
         } else if actual > charged {
@@ -224,18 +240,16 @@ where
     L: Limiter + Member,
     G: Limiter + Member,
 {
-    /// Waits first in, first out for `cost` permits of `key` (and of the global limit)
-    /// up to `wait`.
+    /// Waits first in, first out for `cost` permits of `key`, then of the global limit,
+    /// up to `wait` in all.
     async fn wait(self, key: K, cost: u64, wait: Duration) -> Verdict {
         // A turn that comes at `wait` exactly is within it; the timer's deadline is the
         // next tick after it, so that a grant due at `wait` lands first.
-        let deadline = wait.saturating_add(Duration::from_nanos(1));
-        let waited = tokio::time::timeout(deadline, self.acquire(&key, cost)).await;
-        let outcome = match waited {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(outcome)) => outcome,
+        let deadline = Instant::now() + wait.saturating_add(Duration::from_nanos(1));
+        let outcome = match self.acquire_by(&key, cost, deadline).await {
+            Some(outcome) => outcome,
             // Waited as long as allowed behind others: the line is at least that long.
-            Err(_elapsed) => Err(RefusalKind::Limited { retry_after: wait }),
+            None => Err(RefusalKind::Limited { retry_after: wait }),
         };
         Verdict {
             outcome,
@@ -243,38 +257,54 @@ where
         }
     }
 
-    async fn acquire(&self, key: &K, cost: u64) -> Result<(), Outcome> {
+    /// Waits in the key's line alone, and only then in the global one, so that a
+    /// request waiting for its own key never holds the global line and the other keys
+    /// behind it. `None` when `deadline` passed first; the key's permits are then given
+    /// back, while they still count (see [`counts_until`]).
+    async fn acquire_by(&self, key: &K, cost: u64, deadline: Instant) -> Option<Outcome> {
+        match timeout_at(deadline, self.keyed.acquire(key, cost))
+            .await
+            .ok()?
+        {
+            Ok(()) => {}
+            Err(error) => return Some(Err(self.refusal(error))),
+        }
         let Some(global) = &self.global else {
-            return (self.keyed.acquire(key, cost).await).map_err(|error| self.refusal(error));
+            return Some(Ok(()));
         };
-        let whole = (self.keyed.limiter(key)).map_err(|error| self.outcome(Err(error)))?;
-        let both = all((whole, Arc::clone(global))).map_err(|error| {
-            Err(RefusalKind::Unavailable {
-                reason: error.to_string(),
-            })
-        })?;
-        both.acquire(cost).await.map_err(|error| match error {
-            AcquireAllError::Member {
-                error: AcquireError::ExceedsLimit { requested, limit },
-                ..
-            } => Err(RefusalKind::NeverFits { requested, limit }),
-            other => Err(RefusalKind::Unavailable {
-                reason: other.to_string(),
-            }),
-        })
-    }
-
-    fn refusal(&self, error: AcquireError) -> Outcome {
-        match error {
-            AcquireError::ExceedsLimit { requested, limit } => {
-                Err(RefusalKind::NeverFits { requested, limit })
-            }
-            AcquireError::TooManyKeys { .. } => Err(RefusalKind::TooManyKeys {
-                retry_after: self.key_window(),
-            }),
-            other => Err(RefusalKind::Unavailable {
-                reason: other.to_string(),
-            }),
+        let counted_until = counts_until(self.keyed.quota(key), Instant::now());
+        let waited = timeout_at(deadline, global.acquire(cost)).await;
+        if !matches!(waited, Ok(Ok(())))
+            && counted_until.is_some_and(|until| Instant::now() < until)
+        {
+            self.keyed.refund(key, cost);
+        }
+        match waited.ok()? {
+            Ok(()) => Some(Ok(())),
+            Err(error) => Some(Err(self.refusal(error))),
         }
     }
+
+    fn refusal(&self, error: AcquireError) -> RefusalKind {
+        match error {
+            AcquireError::ExceedsLimit { requested, limit } => {
+                RefusalKind::NeverFits { requested, limit }
+            }
+            AcquireError::TooManyKeys { .. } => RefusalKind::TooManyKeys {
+                retry_after: self.key_window(),
+            },
+            other => RefusalKind::Unavailable {
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Until when permits taken at `at`, which left the limiter at `quota`, still count: until
+/// it is whole again. A refund after that would give back permits that others' requests
+/// use since (a window that has moved on, a log whose entry has left), so the limiter
+/// could admit more than its limit; `None` for a limiter that reports no quota, which is
+/// never refunded.
+pub(crate) fn counts_until(quota: Option<Quota>, at: Instant) -> Option<Instant> {
+    quota.map(|quota| at + quota.full_after)
 }

@@ -60,7 +60,9 @@ mod service;
 pub use client_ip::{
     Cidr, CidrError, ClientIp, ClientIpError, ClientKey, ForwardedHeader, TrustedProxies,
 };
-pub use key::{key_fn, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead};
+pub use key::{
+    key_fn, ClientIpFrom, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead,
+};
 pub use layer::{
     ActualCost, BuildError, InProcess, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer,
     Settle, DEFAULT_MAX_KEYS,

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::{timeout_at, Instant};
+
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
 use super::limits::{private::Decide, refusal, Decided, Outcome, Verdict};
@@ -156,11 +158,14 @@ where
     /// ([`LeasedBucket`]): `limiter`'s key `key`, taken in leases, so that most requests
     /// decide it without a call to Redis, on any Redis Cluster node.
     ///
-    /// Not all or nothing: the global token is taken first, in process, then the
-    /// client's key in Redis; a request its client's key refuses has spent its global
-    /// token (the global limit errs strict, and the client's budget is never spent by
-    /// a refusal). The `RateLimit` field reports no global quota: a front knows none it
-    /// could vouch for (see [`LeasedBucket`]).
+    /// Not all or nothing: the client's key is decided first, in Redis, and only a
+    /// request it admits takes a global token, from the front. A request the global
+    /// limit then refuses has spent its client's permit (the client pays for its own
+    /// request; a client over its own limit never spends the global budget). With
+    /// [`wait_up_to`](RateLimitBuilder::wait_up_to) the global token is waited for, first
+    /// in, first out in this process, within what is left of the bound. The `RateLimit`
+    /// field reports no global quota: a front knows none it could vouch for (see
+    /// [`LeasedBucket`]).
     ///
     /// # Errors
     ///
@@ -223,33 +228,27 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimits<A, C> {
         }
     }
 
-    /// The client's key and the global limit.
+    /// The client's key, and a global member with it: one script call, which writes
+    /// nothing when it refuses.
     async fn try_decide(
         per_key: &RedisLimiter<A, C>,
-        global: Option<&Global<C>>,
+        global: Option<&RedisMember>,
         key: &str,
         cost: u64,
     ) -> Verdict {
-        match global {
-            None => Self::try_decide_key(per_key, key, cost).await,
-            Some(Global::Member(global, _)) => {
-                let both = all([per_key.member(key), global.clone()]);
-                match both.try_acquire_decision(cost).await {
-                    Ok(AllDecision { result, members }) => {
-                        let quota =
-                            |index: usize| members.get(index).and_then(|member| member.quota);
-                        Verdict {
-                            outcome: outcome(result),
-                            quotas: [quota(0), quota(1)],
-                        }
-                    }
-                    Err(error) => unavailable(error),
+        let Some(global) = global else {
+            return Self::try_decide_key(per_key, key, cost).await;
+        };
+        let both = all([per_key.member(key), global.clone()]);
+        match both.try_acquire_decision(cost).await {
+            Ok(AllDecision { result, members }) => {
+                let quota = |index: usize| members.get(index).and_then(|member| member.quota);
+                Verdict {
+                    outcome: outcome(result),
+                    quotas: [quota(0), quota(1)],
                 }
             }
-            Some(Global::Leased(front, _)) => match front.try_take(cost).await {
-                Ok(()) => Self::try_decide_key(per_key, key, cost).await,
-                Err(error) => unavailable(error),
-            },
+            Err(error) => unavailable(error),
         }
     }
 }
@@ -262,29 +261,55 @@ where
 {
     fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided {
         let per_key = self.per_key.clone();
-        let global = self.global.clone();
+        let (member, front) = match &self.global {
+            Some(Global::Member(member, _)) => (Some(member.clone()), None),
+            Some(Global::Leased(front, _)) => (None, Some(front.clone())),
+            None => (None, None),
+        };
         let key = key.to_string();
         Decided::Later(Box::pin(async move {
-            let start = tokio::time::Instant::now();
-            loop {
-                let verdict = Self::try_decide(&per_key, global.as_ref(), &key, cost).await;
-                // Waiting across processes is not first in, first out: ask again once
-                // Redis says the request could pass, while that is within the bound.
-                match (&verdict.outcome, wait) {
-                    (Err(RefusalKind::Limited { retry_after }), Some(wait))
-                        if start.elapsed() + *retry_after <= wait =>
+            let deadline = wait.map(|wait| Instant::now() + wait);
+            // The script first: a refusal writes nothing, so it may be asked again. Across
+            // processes there is no line: ask again once Redis says the request could
+            // pass, while that is within the bound.
+            let verdict = loop {
+                let verdict = Self::try_decide(&per_key, member.as_ref(), &key, cost).await;
+                match (&verdict.outcome, deadline) {
+                    (Err(RefusalKind::Limited { retry_after }), Some(deadline))
+                        if Instant::now() + *retry_after <= deadline =>
                     {
                         tokio::time::sleep(*retry_after).await;
                     }
-                    _ => return verdict,
+                    _ => break verdict,
                 }
+            };
+            // Then a leased global token, once and only for an admitted request: in this
+            // process's line, up to the deadline when the layer waits.
+            let (Ok(()), Some(front)) = (&verdict.outcome, front) else {
+                return verdict;
+            };
+            let taken = match deadline {
+                None => front.try_take(cost).await,
+                Some(deadline) => match timeout_at(deadline, front.take(cost)).await {
+                    Ok(taken) => taken,
+                    Err(_elapsed) => Err(RedisLimitError::Limited {
+                        retry_after: deadline.saturating_duration_since(Instant::now()),
+                    }),
+                },
+            };
+            match taken {
+                Ok(()) => verdict,
+                Err(error) => Verdict {
+                    quotas: verdict.quotas,
+                    ..unavailable(error)
+                },
             }
         }))
     }
 
     /// Redis limiters take no refunds, so a Redis layer has no settlement (its builder
     /// offers none).
-    fn settle(&self, _key: &K, _charged: u64, _actual: u64) {}
+    fn settle(&self, _key: &K, _charged: u64, _actual: u64, _refundable: [bool; 2]) {}
 
     fn policies(&self) -> [Option<Policy>; 2] {
         [
