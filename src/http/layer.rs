@@ -37,8 +37,8 @@ type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>;
 pub(crate) enum Mode {
     /// Answer it at once (the default).
     Refuse,
-    /// Wait in line up to this long, first in, first out; refuse if it cannot pass by
-    /// then.
+    /// Wait up to this long (see [`RateLimitBuilder::wait_up_to`]); refuse if it cannot
+    /// pass by then.
     Wait(Duration),
     /// Let it through all the same, with the headers a refusal would have: decide and
     /// count, never refuse.
@@ -393,9 +393,14 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
         self
     }
 
-    /// Makes a refused request wait its turn, first in, first out, up to `max_wait`,
-    /// instead of being refused at once; one that could not pass by then is refused.
-    /// A request whose wait would surely be longer is refused at once.
+    /// Makes a refused request wait its turn up to `max_wait` instead of being refused
+    /// at once; one that could not pass by then is refused, and one whose wait would
+    /// surely be longer is refused at once. In this process it waits first in, first out
+    /// behind the others of its key, then in the global limit's line: it never holds the
+    /// global line while it waits for its own key, so a client over its limit does not
+    /// hold up the others (its key's permits count meanwhile, and are given back if the
+    /// global limit cannot admit it in time). Over Redis it asks again once Redis says
+    /// it could pass: not first in, first out.
     pub fn wait_up_to(mut self, max_wait: Duration) -> RateLimitBuilder<X, P, H> {
         self.settings.mode = Mode::Wait(max_wait);
         self
