@@ -41,8 +41,9 @@ pub(crate) fn is_valid_policy_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|byte| (0x20..=0x7e).contains(&byte))
 }
 
-/// Writes `name` as a Structured Field string.
-fn write_name(out: &mut String, name: &str) {
+/// `name` as a Structured Field string: quoted, its quotes and backslashes escaped.
+fn quoted(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
     for character in name.chars() {
         if matches!(character, '"' | '\\') {
@@ -51,12 +52,30 @@ fn write_name(out: &mut String, name: &str) {
         out.push(character);
     }
     out.push('"');
+    out
+}
+
+/// Appends `number` in decimal. By hand: `core::fmt` cost most of a request's header
+/// work, and these fields are written on every response.
+fn push_decimal(out: &mut Vec<u8>, mut number: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (number % 10) as u8;
+        number /= 10;
+        if number == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[start..]);
 }
 
 /// What every response of one layer says the same way, made once.
 #[derive(Debug, Clone)]
 pub(crate) struct Fields {
-    /// The names, in the order of the decision's quotas (per key, then global).
+    /// Each limit's name quoted, in the order of the decision's quotas (per key, then
+    /// global), as the `RateLimit` field writes it.
     names: Vec<String>,
     /// The limits, for the legacy `X-RateLimit-Limit`.
     limits: Vec<u64>,
@@ -75,13 +94,13 @@ impl Fields {
             if !value.is_empty() {
                 value.push_str(", ");
             }
-            write_name(&mut value, name);
+            value.push_str(&quoted(name));
             // `w` is whole seconds, at least 1: a window under a second is said as 1.
             let window = seconds_rounded_up(policy.window).max(1);
             let _ = write!(value, ";q={};w={window}", policy.limit);
         }
         Fields {
-            names: policies.iter().map(|(name, _)| name.clone()).collect(),
+            names: policies.iter().map(|(name, _)| quoted(name)).collect(),
             limits: (policies.iter())
                 .map(|(_, policy)| policy.map_or(0, |policy| policy.limit))
                 .collect(),
@@ -97,23 +116,25 @@ impl Fields {
         if let Some(policy) = &self.policy {
             headers.insert(RATELIMIT_POLICY, policy.clone());
         }
-        let mut value = String::with_capacity(48);
+        let mut value = Vec::with_capacity(96);
         // The legacy fields speak of one limit: the one with the least remaining.
         let mut binding: Option<(usize, Quota)> = None;
         for (index, (name, quota)) in self.names.iter().zip(quotas).enumerate() {
             let Some(quota) = quota else { continue };
             if !value.is_empty() {
-                value.push_str(", ");
+                value.extend_from_slice(b", ");
             }
-            write_name(&mut value, name);
-            let reset = seconds_rounded_up(quota.full_after);
-            let _ = write!(value, ";r={};t={reset}", quota.remaining);
+            value.extend_from_slice(name.as_bytes());
+            value.extend_from_slice(b";r=");
+            push_decimal(&mut value, quota.remaining);
+            value.extend_from_slice(b";t=");
+            push_decimal(&mut value, seconds_rounded_up(quota.full_after));
             if binding.map_or(true, |(_, least)| quota.remaining < least.remaining) {
                 binding = Some((index, *quota));
             }
         }
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            if !value.is_empty() {
+        if !value.is_empty() {
+            if let Ok(value) = HeaderValue::from_bytes(&value) {
                 headers.insert(RATELIMIT, value);
             }
         }
@@ -144,6 +165,15 @@ mod tests {
     fn text(headers: &HeaderMap, name: &str) -> Option<String> {
         let value = headers.get(name)?;
         Some(value.to_str().expect("visible ASCII").to_owned())
+    }
+
+    #[test]
+    fn decimals_are_written_whole() {
+        for number in [0, 7, 10, 99, 1_000_001, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, number);
+            assert_eq!(out, format!("x{number}").into_bytes());
+        }
     }
 
     #[test]

@@ -43,14 +43,13 @@ impl<'a> RequestHead<'a> {
     /// `ConnectInfo<SocketAddr>` (with the feature `axum`, from
     /// `into_make_service_with_connect_info::<SocketAddr>()`).
     pub fn peer(&self) -> Option<IpAddr> {
-        if let Some(address) = self.extensions.get::<SocketAddr>() {
-            return Some(address.ip());
-        }
+        // axum's first where it can be there: each look costs a search of the extensions.
         #[cfg(feature = "axum")]
         if let Some(info) = (self.extensions).get::<axum::extract::ConnectInfo<SocketAddr>>() {
             return Some(info.0.ip());
         }
-        None
+        let address = self.extensions.get::<SocketAddr>()?;
+        Some(address.ip())
     }
 }
 

@@ -135,18 +135,21 @@ impl Refusal {
     /// and the same `Retry-After` and `RateLimit` fields.
     pub fn into_response<B: Default>(self) -> Response<B> {
         let mut response = Response::new(B::default());
-        let message = self.to_string();
-        let (status, grpc_status) = (self.status(), self.grpc_status());
-        *response.headers_mut() = self.headers;
-        if let Some(content_type) = self.grpc {
-            let headers = response.headers_mut();
-            headers.insert(CONTENT_TYPE, content_type);
-            headers.insert(GRPC_STATUS, HeaderValue::from(grpc_status));
-            if let Ok(message) = HeaderValue::from_str(&grpc_message(&message)) {
-                headers.insert(GRPC_MESSAGE, message);
-            }
-        } else {
-            *response.status_mut() = status;
+        let Some(content_type) = self.grpc.clone() else {
+            *response.status_mut() = self.status();
+            *response.headers_mut() = self.headers;
+            return response;
+        };
+        // Only a gRPC answer carries a message: formatting it costs, and 429s can come
+        // by the thousand.
+        let message = grpc_message(&self.to_string());
+        let grpc_status = self.grpc_status();
+        let headers = response.headers_mut();
+        *headers = self.headers;
+        headers.insert(CONTENT_TYPE, content_type);
+        headers.insert(GRPC_STATUS, HeaderValue::from(grpc_status));
+        if let Ok(message) = HeaderValue::from_str(&message) {
+            headers.insert(GRPC_MESSAGE, message);
         }
         response
     }
