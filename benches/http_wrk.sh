@@ -6,10 +6,11 @@
 #   benches/http_wrk.sh
 #
 # It installs wrk through apt if it is missing, builds the server with the benchmarks'
-# release profile, then for each variant starts the server on a free loopback port, runs
-# `wrk -t2 -c64 -d8s` against it three times, keeps the best run, and stops the server.
-# At the end it prints a table of requests per second with the ratios to tower_governor,
-# the load average before and after, and the commands it ran. About 2 minutes.
+# release profile, starts one server per variant, each on a free loopback port, then
+# runs `wrk -t2 -c64 -d8s` against each in turn, three rounds, keeps each variant's best
+# run, and stops the servers. At the end it prints a table of requests per second with
+# the ratios to tower_governor, the load average before and after, and the commands it
+# ran. About 2 minutes.
 #
 #   DURATION=8s CONNECTIONS=64 THREADS=2 RUNS=3   the wrk settings (these are the defaults)
 #   VARIANTS="none ours-admit"                    a subset of the variants
@@ -27,50 +28,58 @@ need wrk wrk
 server_bin=$(build_bench "$root" http_server)
 
 dir=$(mktemp -d)
-server=
-stop_server() {
-  if [ -n "$server" ]; then
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-    server=
-  fi
+declare -A server address
+stop_servers() {
+  local pid
+  for pid in "${server[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
-trap 'stop_server; rm -rf "$dir"' EXIT
+trap 'stop_servers; rm -rf "$dir"' EXIT
 
-load_before=$(uptime)
-declare -A best non2xx
+# Every variant's server at once, each on its own free port: an idle one costs nothing,
+# and the rounds below can then take turns.
 for variant in $variants; do
   "$server_bin" "$variant" >"$dir/$variant.out" 2>"$dir/$variant.err" &
-  server=$!
+  server[$variant]=$!
   # The server's first line names its address; give it 10 s.
-  address=
+  address[$variant]=
   for _ in $(seq 100); do
-    address=$(sed -n 's|^serving .* on \(http://[0-9.:]*/\)$|\1|p' "$dir/$variant.out")
-    [ -n "$address" ] && break
-    if ! kill -0 "$server" 2>/dev/null; then break; fi
+    address[$variant]=$(sed -n 's|^serving .* on \(http://[0-9.:]*/\)$|\1|p' "$dir/$variant.out")
+    [ -n "${address[$variant]}" ] && break
+    if ! kill -0 "${server[$variant]}" 2>/dev/null; then break; fi
     sleep 0.1
   done
-  if [ -z "$address" ]; then
+  if [ -z "${address[$variant]}" ]; then
     echo "the $variant server did not start:" >&2
     cat "$dir/$variant.err" >&2
     exit 1
   fi
-  best[$variant]=0
-  non2xx[$variant]=0
-  for run in $(seq "$runs"); do
-    wrk -t"$threads" -c"$connections" -d"$duration" "$address" >"$dir/$variant.$run" 2>&1
-    rate=$(sed -n 's/^Requests\/sec: *\([0-9.]*\)$/\1/p' "$dir/$variant.$run")
-    refused=$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\)$/\1/p' "$dir/$variant.$run")
-    total=$(sed -n 's/^ *\([0-9]*\) requests in .*/\1/p' "$dir/$variant.$run")
+done
+
+load_before=$(uptime)
+declare -A best
+for variant in $variants; do best[$variant]=0; done
+# Round by round, each variant in turn: a change in the machine's load falls on every
+# variant alike, rather than on whichever ran then.
+for run in $(seq "$runs"); do
+  for variant in $variants; do
+    out=$dir/$variant.$run
+    wrk -t"$threads" -c"$connections" -d"$duration" "${address[$variant]}" >"$out" 2>&1
+    rate=$(sed -n 's/^Requests\/sec: *\([0-9.]*\)$/\1/p' "$out")
+    refused=$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\)$/\1/p' "$out")
+    total=$(sed -n 's/^ *\([0-9]*\) requests in .*/\1/p' "$out")
     if [ -z "$rate" ] || [ -z "$total" ]; then
       echo "wrk said nothing usable against $variant:" >&2
-      cat "$dir/$variant.$run" >&2
+      cat "$out" >&2
       exit 1
     fi
     printf '%-16s run %d: %10.1f requests/s, %s of %s answered non-2xx\n' \
       "$variant" "$run" "$rate" "${refused:-0}" "$total" >&2
     # A variant meant to admit must not refuse, and one meant to refuse must refuse all
-    # but the very first request: otherwise the figure measures the wrong path.
+    # but the very first request it ever got: otherwise the figure measures the wrong
+    # path.
     case $variant in
       *-refuse) want=$((total - (run == 1 ? 1 : 0))) ;;
       *) want=0 ;;
@@ -81,10 +90,8 @@ for variant in $variants; do
     fi
     if awk -v a="$rate" -v b="${best[$variant]}" 'BEGIN { exit !(a > b) }'; then
       best[$variant]=$rate
-      non2xx[$variant]=${refused:-0}
     fi
   done
-  stop_server
 done
 load_after=$(uptime)
 
@@ -126,4 +133,4 @@ echo
 echo "commands:"
 echo "  cargo bench --features axum --bench http_server --no-run"
 echo "  $server_bin VARIANT      # prints its address, http://127.0.0.1:PORT/"
-echo "  wrk -t$threads -c$connections -d$duration http://127.0.0.1:PORT/      # $runs times per variant, best kept"
+echo "  wrk -t$threads -c$connections -d$duration http://127.0.0.1:PORT/      # each variant in turn, $runs rounds, best kept"
