@@ -88,6 +88,14 @@
 //! # }
 //! ```
 //!
+//! # The HTTP front door
+//!
+//! With the feature `http` (and `axum` to read axum's peer address),
+//! `http::RateLimitLayer` is a tower layer that limits each client and the
+//! whole service, answers `429 Too Many Requests` with `Retry-After`, and sends the IETF
+//! `RateLimit-Policy` and `RateLimit` header fields, exact for each decision; across
+//! instances, over Redis. `docs/http.md` says it all.
+//!
 //! # Errors, not panics
 //!
 //! Bad input gets an error naming the values: [`ConfigError`] for a zero rate, capacity

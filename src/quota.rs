@@ -61,8 +61,9 @@ pub struct Quota {
     pub full_after: Duration,
 }
 
-/// One decision of [`Limiter::try_acquire_decision`](crate::Limiter::try_acquire_decision): whether the permits were
-/// acquired, and the limiter's [`Quota`] right after, read in the same step.
+/// One decision of [`Limiter::try_acquire_decision`](crate::Limiter::try_acquire_decision):
+/// whether the permits were acquired, and the limiter's [`Quota`] right after, read in the
+/// same step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// What [`Limiter::try_acquire`](crate::Limiter::try_acquire) would have answered.

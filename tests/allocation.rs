@@ -1,10 +1,13 @@
 //! Point 3: with tokens there and nobody queued, `take` completes on its first poll
-//! without allocating.
+//! without allocating. And a decision with its quota (issue 22) allocates nothing either,
+//! on a limiter or on a key held as a word.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use token_bucket::{Rate, TokenBucket};
+use std::time::Duration;
+
+use token_bucket::{FixedWindow, Keyed, Limiter, Rate, TokenBucket};
 
 /// Counts the allocations made by the current thread.
 struct CountingAllocator;
@@ -50,4 +53,34 @@ async fn take_with_tokens_there_does_not_allocate() {
     let mut take = std::pin::pin!(bucket.take(100));
     assert!(std::future::Future::poll(take.as_mut(), &mut waker_context).is_pending());
     assert!(allocations() > before);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decision_with_its_quota_does_not_allocate_on_a_limiter_or_a_key_held_as_a_word() {
+    let bucket = TokenBucket::new(Rate::per_second(1), 100).unwrap();
+    let window = FixedWindow::new(100, Duration::from_secs(1)).unwrap();
+    let buckets: Keyed<u64, TokenBucket> = Keyed::new(bucket.clone());
+    let windows: Keyed<u64, FixedWindow> = Keyed::new(window.clone());
+    // The keys' first calls add them to their tables, which allocates.
+    buckets.try_acquire(&7, 1).unwrap();
+    windows.try_acquire(&7, 1).unwrap();
+    for _ in 0..10 {
+        let before = allocations();
+        assert!(bucket.try_acquire_decision(1).quota.is_some());
+        assert!(window.try_acquire_decision(1).quota.is_some());
+        assert!(buckets.try_acquire_decision(&7, 1).quota.is_some());
+        assert!(windows.try_acquire_decision(&7, 1).quota.is_some());
+        assert!(buckets.quota(&7).is_some() && windows.quota(&7).is_some());
+        // A key not held reads the template's quota, adding nothing.
+        assert!(buckets.quota(&8).is_some() && windows.quota(&8).is_some());
+        buckets.refund(&7, 1);
+        windows.refund(&7, 1);
+        assert_eq!(allocations(), before, "a decision or a quota allocated");
+    }
+    assert_eq!(buckets.is_held_whole(&7), Some(false));
+    // The counter works: a key held whole is made in an allocation of its own.
+    let before = allocations();
+    let handle = buckets.get(&7);
+    assert!(allocations() > before);
+    drop(handle);
 }

@@ -108,11 +108,13 @@ async fn every_header_value_is_exact_per_client_and_global() {
         text(&headers, "ratelimit").as_deref(),
         Some(r#""client";r=1;t=2, "global";r=0;t=10"#)
     );
-    // Half a second on, the first client's token is half there: Retry-After rounds up.
+    // Half a second on, the first client's token is half there, but the global window,
+    // spent, ends only at 10 s: Retry-After is the later of the two (9.5 s, rounded up),
+    // so that the client is not refused again for coming back after its own 0.5 s.
     tokio::time::advance(Duration::from_millis(500)).await;
     let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(text(&headers, "retry-after").as_deref(), Some("1"));
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("10"));
     assert_eq!(
         text(&headers, "ratelimit").as_deref(),
         Some(r#""client";r=0;t=3, "global";r=0;t=10"#)
@@ -430,9 +432,10 @@ async fn a_grpc_call_is_refused_with_resource_exhausted() {
     let (status, headers) = send(&mut service, request_from("192.0.2.1", &grpc)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(text(&headers, "grpc-status").as_deref(), Some("8"));
+    // Answered in the request's own content type.
     assert_eq!(
         text(&headers, "content-type").as_deref(),
-        Some("application/grpc")
+        Some("application/grpc+proto")
     );
     assert_eq!(text(&headers, "retry-after").as_deref(), Some("3600"));
 }
@@ -612,4 +615,132 @@ async fn malformed_forwarding_headers_get_the_documented_fallback() {
             "{name}: {value:.40} should key as {same_key_as}"
         );
     }
+}
+
+/// Wait mode with a global limit: one client over its own limit, waiting its turn,
+/// must not hold up another client whose own budget and the global one are there.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_client_does_not_hold_up_the_others() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+    )
+    .global(TokenBucket::new(Rate::per_second(1_000), 1_000).unwrap())
+    .wait_up_to(Duration::from_secs(5))
+    .build()
+    .unwrap();
+    let service = layer.layer(ok_service());
+    let start = tokio::time::Instant::now();
+    // Client A spends its one token, then a second request of A waits ~1 s.
+    let (status, _) = send(&mut service.clone(), request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut waiting = service.clone();
+    let a = tokio::spawn(async move {
+        let (status, _) = send(&mut waiting, request_from("192.0.2.1", &[])).await;
+        (status, start.elapsed())
+    });
+    tokio::task::yield_now().await;
+    // Client B, fresh, with 999 global tokens there: admitted at once.
+    let mut other = service.clone();
+    let b = tokio::spawn(async move {
+        let (status, _) = send(&mut other, request_from("192.0.2.2", &[])).await;
+        (status, start.elapsed())
+    });
+    let b = b.await.unwrap();
+    let a = a.await.unwrap();
+    assert_eq!(a, (StatusCode::OK, Duration::from_secs(1)));
+    assert_eq!(
+        b,
+        (StatusCode::OK, Duration::ZERO),
+        "B was held up behind A"
+    );
+}
+
+/// Shadow mode "refuses none": a request whose key is missing must still pass.
+#[tokio::test(start_paused = true)]
+async fn shadow_mode_never_refuses_a_request_without_a_key() {
+    let layer = RateLimitLayer::builder(
+        HeaderKey::new(http::HeaderName::from_static("x-api-key")),
+        TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+    )
+    .shadow()
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::OK, "shadow mode refused a request");
+    assert_eq!(layer.shadow_refusals(), 1);
+}
+
+/// A settlement that comes after the window it was charged in gives back permits that
+/// other requests counted in the new window: the key admits more than its limit there.
+#[tokio::test(start_paused = true)]
+async fn a_late_settlement_never_lets_a_fixed_window_admit_more_than_its_limit() {
+    let layer = RateLimitLayer::builder(
+        GlobalKey,
+        FixedWindow::new(10, Duration::from_secs(60)).unwrap(),
+    )
+    .cost(|_| 10)
+    .settle(Settle::Extension)
+    .build()
+    .unwrap();
+    // The handler answers after `x-delay` seconds and used nothing.
+    let service = layer.layer(tower::service_fn(|request: Request<()>| async move {
+        let delay: u64 = request
+            .headers()
+            .get("x-delay")
+            .map_or(0, |value| value.to_str().unwrap().parse().unwrap());
+        tokio::time::sleep(Duration::from_secs(delay)).await;
+        let mut response = Response::new(String::new());
+        response
+            .extensions_mut()
+            .insert(ActualCost(if delay > 0 { 0 } else { 10 }));
+        Ok::<_, Infallible>(response)
+    }));
+    let with_delay = |delay: u64| request_from("192.0.2.1", &[("x-delay", &delay.to_string())]);
+    // t = 0, window 0: a slow request charged 10, answered at t = 61 s having used none.
+    let mut slow = service.clone();
+    let slow = tokio::spawn(async move { send(&mut slow, with_delay(61)).await.0 });
+    tokio::task::yield_now().await;
+    // t = 60 s, window 1: a request that uses its 10 in full.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let (status, _) = send(&mut service.clone(), with_delay(0)).await;
+    assert_eq!(status, StatusCode::OK);
+    // t = 61 s: the slow one settles.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    // Still window 1, which already counted 10 used in full: another 10 must be refused.
+    let (status, _) = send(&mut service.clone(), with_delay(0)).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "window 1 admitted 20 of a limit of 10"
+    );
+}
+
+/// With a global limit, a refusal by the client's key gives Retry-After for the key
+/// alone, even when the global limit cannot pass the request that soon.
+#[tokio::test(start_paused = true)]
+async fn retry_after_covers_the_global_limit_too() {
+    let layer = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+    )
+    .global(FixedWindow::new(2, Duration::from_secs(60)).unwrap())
+    .build()
+    .unwrap();
+    let mut service = layer.layer(ok_service());
+    send(&mut service, request_from("192.0.2.1", &[])).await;
+    send(&mut service, request_from("192.0.2.2", &[])).await;
+    // Global spent until 60 s; client 1's own token back in 1 s.
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    tokio::time::advance(Duration::from_secs(retry_after)).await;
+    let (status, _) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "obeyed Retry-After: {retry_after} s, refused again"
+    );
 }

@@ -8,17 +8,19 @@
 //! The exact values of every header are checked on paused time in `tests/http_layer.rs`.
 #![cfg(feature = "axum")]
 
+#[path = "common/http.rs"]
+mod common_http;
+
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use axum::routing::get;
 use axum::Router;
+use common_http::{client_from, get_from, hello, local, serve, text};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use token_bucket::http::{ClientIp, ClientKey, RateLimitLayer, TrustedProxies};
@@ -54,53 +56,6 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// Serves `app` on a free loopback port, with each connection's address known.
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    let service = app.into_make_service_with_connect_info::<SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await });
-    address
-}
-
-fn hello() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
-}
-
-/// An HTTP/1.1 client sending from `from` (any address of 127.0.0.0/8 works on loopback).
-fn client_from(from: IpAddr) -> Client<HttpConnector, Empty<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_local_address(Some(from));
-    Client::builder(TokioExecutor::new()).build(connector)
-}
-
-/// Sends a GET to `address` with `headers` and returns the answer's status and headers.
-async fn get_from(
-    client: &Client<HttpConnector, Empty<Bytes>>,
-    address: SocketAddr,
-    headers: &[(&str, &str)],
-) -> (StatusCode, HeaderMap) {
-    let mut request = Request::get(format!("http://{address}/"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Empty::new()).unwrap())
-        .await
-        .unwrap();
-    (response.status(), response.headers().clone())
-}
-
-fn local(last_octet: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last_octet))
-}
-
-fn text(headers: &HeaderMap, name: &str) -> String {
-    headers[name].to_str().unwrap().to_owned()
-}
 
 #[tokio::test]
 async fn each_client_has_its_limit_and_the_global_one_refuses_across_clients() {

@@ -17,6 +17,10 @@ mod leased;
 #[path = "redis/cluster.rs"]
 mod cluster;
 
+// What a decision reports beside its verdict: each key's quota.
+#[path = "redis/quota.rs"]
+mod quota;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};

@@ -143,7 +143,7 @@ impl std::error::Error for KeyError {}
 /// assert_eq!(tenant.extract(&RequestHead::of(&request)), Ok("acme".to_owned()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub trait KeyExtractor: Clone + Send + Sync + 'static {
+pub trait KeyExtractor: Send + Sync + 'static {
     /// The key: what the layer keeps a limiter for.
     type Key: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static;
 
@@ -177,6 +177,83 @@ impl KeyExtractor for ClientIp {
 
     fn client_ip(&self, request: &RequestHead<'_>) -> Option<IpAddr> {
         Some(self.client_address(request.peer()?, request.headers))
+    }
+}
+
+impl ClientIp {
+    /// The same, reading the peer's address with `find` instead of from a `SocketAddr`
+    /// or axum's `ConnectInfo` in the request's extensions: for a server that records it
+    /// otherwise, such as tonic, whose `TcpConnectInfo` this crate does not depend on.
+    ///
+    /// ```
+    /// use std::net::{IpAddr, SocketAddr};
+    /// use token_bucket::http::{ClientIp, KeyExtractor, RequestHead};
+    ///
+    /// /// What a server of your own records for each connection.
+    /// #[derive(Clone)]
+    /// struct Connection { remote: Option<SocketAddr> }
+    ///
+    /// let key = ClientIp::peer().peer_from(|extensions: &http::Extensions| {
+    ///     extensions.get::<Connection>()?.remote.map(|address| address.ip())
+    /// });
+    /// let mut request = http::Request::get("/").body(())?;
+    /// request.extensions_mut().insert(Connection { remote: Some("192.0.2.7:443".parse()?) });
+    /// let ip: IpAddr = "192.0.2.7".parse()?;
+    /// assert_eq!(key.extract(&RequestHead::of(&request))?, ip.into());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Under tonic (`Server::builder().layer(..)`), with tonic's own type:
+    ///
+    /// ```text
+    /// ClientIp::peer().peer_from(|extensions: &http::Extensions| {
+    ///     extensions.get::<tonic::transport::server::TcpConnectInfo>()?.remote_addr().map(|a| a.ip())
+    /// })
+    /// ```
+    pub fn peer_from<F>(self, find: F) -> ClientIpFrom<F>
+    where
+        F: Fn(&Extensions) -> Option<IpAddr> + Send + Sync + 'static,
+    {
+        ClientIpFrom {
+            client_ip: self,
+            find,
+        }
+    }
+}
+
+/// A [`ClientIp`] that reads the peer's address with a function of your own; made by
+/// [`ClientIp::peer_from`].
+#[derive(Clone)]
+pub struct ClientIpFrom<F> {
+    client_ip: ClientIp,
+    find: F,
+}
+
+impl<F> fmt::Debug for ClientIpFrom<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientIpFrom")
+            .field("client_ip", &self.client_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> KeyExtractor for ClientIpFrom<F>
+where
+    F: Fn(&Extensions) -> Option<IpAddr> + Send + Sync + 'static,
+{
+    type Key = ClientKey;
+
+    /// # Errors
+    ///
+    /// [`KeyError::NoPeerAddress`] when the function finds no peer.
+    fn extract(&self, request: &RequestHead<'_>) -> Result<ClientKey, KeyError> {
+        let peer = (self.find)(request.extensions).ok_or(KeyError::NoPeerAddress)?;
+        Ok(self.client_ip.client(peer, request.headers))
+    }
+
+    fn client_ip(&self, request: &RequestHead<'_>) -> Option<IpAddr> {
+        let peer = (self.find)(request.extensions)?;
+        Some(self.client_ip.client_address(peer, request.headers))
     }
 }
 
@@ -249,7 +326,7 @@ impl KeyExtractor for GlobalKey {
 /// See [`KeyExtractor`]'s example.
 pub fn key_fn<K, F>(find: F) -> KeyFn<F, K>
 where
-    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Clone + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Send + Sync + 'static,
     K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
 {
     KeyFn {
@@ -281,7 +358,7 @@ impl<F, K> fmt::Debug for KeyFn<F, K> {
 
 impl<F, K> KeyExtractor for KeyFn<F, K>
 where
-    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Clone + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Send + Sync + 'static,
     K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
 {
     type Key = K;

@@ -37,8 +37,8 @@ type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>;
 pub(crate) enum Mode {
     /// Answer it at once (the default).
     Refuse,
-    /// Wait in line up to this long, first in, first out; refuse if it cannot pass by
-    /// then.
+    /// Wait up to this long (see [`RateLimitBuilder::wait_up_to`]); refuse if it cannot
+    /// pass by then.
     Wait(Duration),
     /// Let it through all the same, with the headers a refusal would have: decide and
     /// count, never refuse.
@@ -181,19 +181,20 @@ impl<S, X: KeyExtractor, B, H> Layer<S> for RateLimitLayer<X, B, H> {
 
 impl RateLimitLayer<super::key::GlobalKey, Local<(), TokenBucket, TokenBucket>> {
     /// A builder of a layer that keys requests with `key` and gives each key a limiter
-    /// like `per_key` (a fresh copy, through [`Keyed`]).
-    pub fn builder<X, L>(key: X, per_key: L) -> RateLimitBuilder<X, L, TokenBucket>
+    /// like `per_key` (a fresh copy, through [`Keyed`]), in this process.
+    pub fn builder<X, L>(key: X, per_key: L) -> RateLimitBuilder<X, InProcess<L, TokenBucket>>
     where
         X: KeyExtractor,
         L: Limiter + Member,
     {
-        RateLimitBuilder {
+        RateLimitBuilder::with_limits(
             key,
-            per_key,
-            global: None,
-            max_keys: DEFAULT_MAX_KEYS,
-            settings: Settings::new(),
-        }
+            InProcess {
+                per_key,
+                global: None,
+                max_keys: DEFAULT_MAX_KEYS,
+            },
+        )
     }
 }
 
@@ -212,7 +213,7 @@ impl<X: KeyExtractor, B: Limits<X::Key>, H> RateLimitLayer<X, B, H> {
     }
 }
 
-impl<X, L, G> RateLimitLayer<X, Local<X::Key, L, G>, DefaultRefusal>
+impl<X, L, G, H> RateLimitLayer<X, Local<X::Key, L, G>, H>
 where
     X: KeyExtractor,
     L: Limiter + Member,
@@ -229,13 +230,22 @@ where
 pub type LocalLayer<X, L, G, H = DefaultRefusal> =
     RateLimitLayer<X, Local<<X as KeyExtractor>::Key, L, G>, H>;
 
-/// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
-pub struct RateLimitBuilder<X: KeyExtractor, L, G, H = DefaultRefusal> {
+/// Builds a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`] (limits in this
+/// process, [`InProcess`]) or `RateLimitLayer::redis_builder` (limits in Redis, feature
+/// `redis`).
+pub struct RateLimitBuilder<X: KeyExtractor, P, H = DefaultRefusal> {
     key: X,
+    limits: P,
+    settings: Settings<X::Key, H>,
+}
+
+/// Where a [`RateLimitBuilder`]'s limits live: in this process, a limiter per key like
+/// `L` and an optional global `G`.
+#[derive(Debug)]
+pub struct InProcess<L, G> {
     per_key: L,
     global: Option<G>,
     max_keys: usize,
-    settings: Settings<X::Key, H>,
 }
 
 /// The settings of a layer that do not depend on where its limits live.
@@ -320,41 +330,49 @@ impl<K: Hash + Eq, H> Settings<K, H> {
     }
 }
 
-impl<X: KeyExtractor, L, G, H> fmt::Debug for RateLimitBuilder<X, L, G, H> {
+impl<X: KeyExtractor, P: fmt::Debug, H> fmt::Debug for RateLimitBuilder<X, P, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitBuilder")
-            .field("max_keys", &self.max_keys)
+            .field("limits", &self.limits)
             .field("names", &self.settings.names)
             .field("mode", &self.settings.mode)
             .finish_non_exhaustive()
     }
 }
 
-impl<X, L, G, H> RateLimitBuilder<X, L, G, H>
-where
-    X: KeyExtractor,
-    L: Limiter + Member,
-    G: Limiter + Member,
-{
-    /// Adds a limit on every request together, decided with the per-key one, all or
-    /// nothing: a request either counts against both, at one instant, or neither. A
-    /// client refused by the global limit has not used up its own.
-    pub fn global<G2: Limiter + Member>(self, global: G2) -> RateLimitBuilder<X, L, G2, H> {
+impl<X: KeyExtractor, P> RateLimitBuilder<X, P, DefaultRefusal> {
+    /// A builder keying requests with `key`, its limits `limits`, the default settings.
+    pub(crate) fn with_limits(key: X, limits: P) -> RateLimitBuilder<X, P, DefaultRefusal> {
+        RateLimitBuilder {
+            key,
+            limits,
+            settings: Settings::new(),
+        }
+    }
+}
+
+impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
+    /// The same builder with its limits changed by `change`.
+    pub(crate) fn map_limits<P2>(self, change: impl FnOnce(P) -> P2) -> RateLimitBuilder<X, P2, H> {
         RateLimitBuilder {
             key: self.key,
-            per_key: self.per_key,
-            global: Some(global),
-            max_keys: self.max_keys,
+            limits: change(self.limits),
             settings: self.settings,
         }
     }
 
-    /// The most keys held at once ([`DEFAULT_MAX_KEYS`] by default): a new key that finds
-    /// this many busy ones is answered `503 Service Unavailable` with `Retry-After`,
-    /// while the keys held are served as usual. Idle keys are forgotten to make room.
-    pub fn max_keys(mut self, max_keys: usize) -> RateLimitBuilder<X, L, G, H> {
-        self.max_keys = max_keys;
-        self
+    /// The layer over the limits `make` makes of the builder's.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry; what
+    /// `make` returns.
+    pub(crate) fn into_layer<B: Decide<X::Key>>(
+        self,
+        make: impl FnOnce(P) -> Result<B, BuildError>,
+    ) -> Result<RateLimitLayer<X, B, H>, BuildError> {
+        let limits = make(self.limits)?;
+        self.settings.into_layer(self.key, limits)
     }
 
     /// The names of the per-key and global limits in the `RateLimit-Policy` and
@@ -363,22 +381,27 @@ where
         mut self,
         per_key: impl Into<String>,
         global: impl Into<String>,
-    ) -> RateLimitBuilder<X, L, G, H> {
+    ) -> RateLimitBuilder<X, P, H> {
         self.settings.names = [per_key.into(), global.into()];
         self
     }
 
     /// Sends the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` fields too, for the limit with the least remaining.
-    pub fn legacy_headers(mut self) -> RateLimitBuilder<X, L, G, H> {
+    pub fn legacy_headers(mut self) -> RateLimitBuilder<X, P, H> {
         self.settings.legacy = true;
         self
     }
 
-    /// Makes a refused request wait its turn, first in, first out, up to `max_wait`,
-    /// instead of being refused at once; one that could not pass by then is refused.
-    /// A request whose wait would surely be longer is refused at once.
-    pub fn wait_up_to(mut self, max_wait: Duration) -> RateLimitBuilder<X, L, G, H> {
+    /// Makes a refused request wait its turn up to `max_wait` instead of being refused
+    /// at once; one that could not pass by then is refused, and one whose wait would
+    /// surely be longer is refused at once. In this process it waits first in, first out
+    /// behind the others of its key, then in the global limit's line: it never holds the
+    /// global line while it waits for its own key, so a client over its limit does not
+    /// hold up the others (its key's permits count meanwhile, and are given back if the
+    /// global limit cannot admit it in time). Over Redis it asks again once Redis says
+    /// it could pass: not first in, first out.
+    pub fn wait_up_to(mut self, max_wait: Duration) -> RateLimitBuilder<X, P, H> {
         self.settings.mode = Mode::Wait(max_wait);
         self
     }
@@ -388,14 +411,14 @@ where
     /// permits are not taken) and is counted in
     /// [`shadow_refusals`](RateLimitLayer::shadow_refusals): for trying limits out on
     /// live traffic.
-    pub fn shadow(mut self) -> RateLimitBuilder<X, L, G, H> {
+    pub fn shadow(mut self) -> RateLimitBuilder<X, P, H> {
         self.settings.mode = Mode::Shadow;
         self
     }
 
     /// What to do with a request whose key cannot be found: by default refuse it with
     /// the [`KeyError`](super::KeyError)'s status.
-    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> RateLimitBuilder<X, L, G, H> {
+    pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> RateLimitBuilder<X, P, H> {
         self.settings.missing = missing;
         self
     }
@@ -404,7 +427,7 @@ where
     pub fn allow_keys(
         mut self,
         keys: impl IntoIterator<Item = X::Key>,
-    ) -> RateLimitBuilder<X, L, G, H> {
+    ) -> RateLimitBuilder<X, P, H> {
         self.settings.allow_keys.extend(keys);
         self
     }
@@ -415,7 +438,7 @@ where
     pub fn allow_cidrs(
         mut self,
         cidrs: impl IntoIterator<Item = Cidr>,
-    ) -> RateLimitBuilder<X, L, G, H> {
+    ) -> RateLimitBuilder<X, P, H> {
         self.settings.allow_cidrs.extend(cidrs);
         self
     }
@@ -427,22 +450,8 @@ where
     pub fn cost(
         mut self,
         cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
-    ) -> RateLimitBuilder<X, L, G, H> {
+    ) -> RateLimitBuilder<X, P, H> {
         self.settings.cost = Some(Arc::new(cost));
-        self
-    }
-
-    /// Settles each admitted request after its response, from its true cost read where
-    /// `settle` says: what it was charged up front but did not use goes back to its key
-    /// and to the global limit.
-    ///
-    /// When the true cost exceeds what was charged, the excess is taken from each limit
-    /// as far as it has permits now, without waiting, and the rest is forgiven: a
-    /// limiter cannot go below empty. So an under-estimate lets a client exceed its
-    /// budget by what the estimate missed; estimate high and let the settlement give
-    /// back. A response without a readable cost is not settled.
-    pub fn settle(mut self, settle: Settle) -> RateLimitBuilder<X, L, G, H> {
-        self.settings.settle = Some(settle);
         self
     }
 
@@ -469,17 +478,58 @@ where
     /// # Ok(())
     /// # }
     /// ```
-    pub fn on_refusal<B, F>(self, respond: F) -> RateLimitBuilder<X, L, G, RefusalFn<F>>
+    pub fn on_refusal<B, F>(self, respond: F) -> RateLimitBuilder<X, P, RefusalFn<F>>
     where
         F: Fn(Refusal) -> http::Response<B> + Send + Sync + 'static,
     {
         RateLimitBuilder {
             key: self.key,
-            per_key: self.per_key,
-            global: self.global,
-            max_keys: self.max_keys,
+            limits: self.limits,
             settings: self.settings.responding(RefusalFn(Arc::new(respond))),
         }
+    }
+}
+
+impl<X, L, G, H> RateLimitBuilder<X, InProcess<L, G>, H>
+where
+    X: KeyExtractor,
+    L: Limiter + Member,
+    G: Limiter + Member,
+{
+    /// Adds a limit on every request together, decided with the per-key one, all or
+    /// nothing: a request either counts against both, at one instant, or neither. A
+    /// client refused by the global limit has not used up its own.
+    pub fn global<G2: Limiter + Member>(
+        self,
+        global: G2,
+    ) -> RateLimitBuilder<X, InProcess<L, G2>, H> {
+        self.map_limits(|limits| InProcess {
+            per_key: limits.per_key,
+            global: Some(global),
+            max_keys: limits.max_keys,
+        })
+    }
+
+    /// The most keys held at once ([`DEFAULT_MAX_KEYS`] by default): a new key that finds
+    /// this many busy ones is answered `503 Service Unavailable` with `Retry-After`,
+    /// while the keys held are served as usual. Idle keys are forgotten to make room.
+    pub fn max_keys(mut self, max_keys: usize) -> RateLimitBuilder<X, InProcess<L, G>, H> {
+        self.limits.max_keys = max_keys;
+        self
+    }
+
+    /// Settles each admitted request after its response, from its true cost read where
+    /// `settle` says: what it was charged up front but did not use goes back to its key
+    /// and to the global limit.
+    ///
+    /// When the true cost exceeds what was charged, the excess is taken from each limit
+    /// as far as it has permits now, without waiting, and the rest is forgiven: a
+    /// limiter cannot go below empty. So an under-estimate lets a client exceed its
+    /// budget by what the estimate missed; estimate high and let the settlement give
+    /// back. A response without a readable cost is not settled.
+    pub fn settle(mut self, settle: Settle) -> RateLimitBuilder<X, InProcess<L, G>, H> {
+        self.settings.settle = Some(settle);
+        self
     }
 
     /// The layer.
@@ -489,10 +539,11 @@ where
     /// [`BuildError::Config`] with [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
     /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
     pub fn build(self) -> Result<LocalLayer<X, L, G, H>, BuildError> {
-        let keyed = Keyed::builder(self.per_key)
-            .max_keys(self.max_keys)
-            .build()?;
-        self.settings
-            .into_layer(self.key, Local::new(keyed, self.global))
+        self.into_layer(|limits| {
+            let keyed = Keyed::builder(limits.per_key)
+                .max_keys(limits.max_keys)
+                .build()?;
+            Ok(Local::new(keyed, limits.global))
+        })
     }
 }

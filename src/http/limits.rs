@@ -8,42 +8,33 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::composite::{all, Member};
-use crate::error::{AcquireAllError, AcquireError, TryAcquireError};
+use super::response::RefusalKind;
+use tokio::time::{timeout_at, Instant};
+
+use crate::composite::Member;
+use crate::error::{AcquireError, TryAcquireError};
 use crate::keyed::{Joint, JointRefusal, Keyed};
 use crate::limiter::Limiter;
 use crate::quota::{Policy, Quota};
 
-/// How one request fared.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Admitted: its permits were taken from every limit.
-    Admitted,
-    /// A limit is spent for now; the same request could pass after `retry_after`.
-    Limited {
-        /// How long until the same request could pass, if nobody else takes first.
-        retry_after: Duration,
-    },
-    /// The request costs more than a limit ever admits at once: it can never pass.
-    NeverFits {
-        /// What it costs.
-        requested: u64,
-        /// The most the limit admits at once.
-        limit: u64,
-    },
-    /// The key is new and the table of keys is full of busy ones.
-    TooManyKeys {
-        /// When to come back: the per-key limiter's window, by which every key that
-        /// sends nothing more is forgettable.
-        retry_after: Duration,
-    },
-    /// The limits could not decide: a closed bucket, or Redis down under a fail-closed
-    /// policy.
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
+/// How one request fared: admitted, or why not.
+pub type Outcome = Result<(), RefusalKind>;
+
+/// A limiter's refusal as the layer answers it; `key_window` is when to come back from a
+/// table too full to hold a new key.
+pub(crate) fn refusal(error: TryAcquireError, key_window: Duration) -> RefusalKind {
+    match error {
+        TryAcquireError::Limited { retry_after } => RefusalKind::Limited { retry_after },
+        TryAcquireError::ExceedsLimit { requested, limit } => {
+            RefusalKind::NeverFits { requested, limit }
+        }
+        TryAcquireError::TooManyKeys { .. } => RefusalKind::TooManyKeys {
+            retry_after: key_window,
+        },
+        error @ TryAcquireError::Closed => RefusalKind::Unavailable {
+            reason: error.to_string(),
+        },
+    }
 }
 
 /// One decision: its outcome, and each limit's quota as the decision left it (the
@@ -83,9 +74,10 @@ pub(crate) mod private {
         fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided;
 
         /// Settles a request charged `charged` permits that turned out to cost `actual`:
-        /// gives back what it did not use, or takes the excess as far as the limits have
-        /// it now.
-        fn settle(&self, key: &K, charged: u64, actual: u64);
+        /// gives back what it did not use to each limit whose `refundable` is set (the
+        /// per-key one, then the global one), or takes the excess as far as the limits
+        /// have it now.
+        fn settle(&self, key: &K, charged: u64, actual: u64, refundable: [bool; 2]);
 
         /// Each limit's policy: the per-key limit's, then the global one's.
         fn policies(&self) -> [Option<Policy>; 2];
@@ -144,7 +136,18 @@ where
             global: global_quota,
         } = self.keyed.try_acquire_with(key, cost, &**global);
         let outcome = match result {
-            Ok(()) => Outcome::Admitted,
+            Ok(()) => Ok(()),
+            Err(JointRefusal::Key(TryAcquireError::Limited { retry_after })) => {
+                // The global limit was not asked. If it could not admit the request now
+                // either, a client that came back after the key's wait alone could be
+                // refused again: wait until it is whole at the latest (never early).
+                let global_wait = (global_quota)
+                    .filter(|quota| quota.remaining < cost)
+                    .map_or(Duration::ZERO, |quota| quota.full_after);
+                Err(RefusalKind::Limited {
+                    retry_after: retry_after.max(global_wait),
+                })
+            }
             Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => self.outcome(Err(error)),
         };
         Verdict {
@@ -154,19 +157,7 @@ where
     }
 
     fn outcome(&self, result: Result<(), TryAcquireError>) -> Outcome {
-        match result {
-            Ok(()) => Outcome::Admitted,
-            Err(TryAcquireError::Limited { retry_after }) => Outcome::Limited { retry_after },
-            Err(TryAcquireError::ExceedsLimit { requested, limit }) => {
-                Outcome::NeverFits { requested, limit }
-            }
-            Err(TryAcquireError::TooManyKeys { .. }) => Outcome::TooManyKeys {
-                retry_after: self.key_window(),
-            },
-            Err(error @ TryAcquireError::Closed) => Outcome::Unavailable {
-                reason: error.to_string(),
-            },
-        }
+        result.map_err(|error| refusal(error, self.key_window()))
     }
 
     /// How long a key takes to become idle once it is left alone: its limiter's window.
@@ -194,7 +185,7 @@ where
         match (&verdict.outcome, wait) {
             // Worth waiting only when it could pass in time: `retry_after` is never
             // shorter than the true wait.
-            (Outcome::Limited { retry_after }, Some(wait)) if *retry_after <= wait => {
+            (Err(RefusalKind::Limited { retry_after }), Some(wait)) if *retry_after <= wait => {
                 let waiting = Local {
                     keyed: self.keyed.clone(),
                     global: self.global.clone(),
@@ -206,11 +197,13 @@ where
         }
     }
 
-    fn settle(&self, key: &K, charged: u64, actual: u64) {
+    fn settle(&self, key: &K, charged: u64, actual: u64, refundable: [bool; 2]) {
         if actual < charged {
             let unused = charged - actual;
-            self.keyed.refund(key, unused);
-            if let Some(global) = &self.global {
+            if refundable[0] {
+                self.keyed.refund(key, unused);
+            }
+            if let (Some(global), true) = (&self.global, refundable[1]) {
                 global.refund(unused);
             }
         } else if actual > charged {
@@ -247,18 +240,16 @@ where
     L: Limiter + Member,
     G: Limiter + Member,
 {
-    /// Waits first in, first out for `cost` permits of `key` (and of the global limit)
-    /// up to `wait`.
+    /// Waits first in, first out for `cost` permits of `key`, then of the global limit,
+    /// up to `wait` in all.
     async fn wait(self, key: K, cost: u64, wait: Duration) -> Verdict {
         // A turn that comes at `wait` exactly is within it; the timer's deadline is the
         // next tick after it, so that a grant due at `wait` lands first.
-        let deadline = wait.saturating_add(Duration::from_nanos(1));
-        let waited = tokio::time::timeout(deadline, self.acquire(&key, cost)).await;
-        let outcome = match waited {
-            Ok(Ok(())) => Outcome::Admitted,
-            Ok(Err(outcome)) => outcome,
+        let deadline = Instant::now() + wait.saturating_add(Duration::from_nanos(1));
+        let outcome = match self.acquire_by(&key, cost, deadline).await {
+            Some(outcome) => outcome,
             // Waited as long as allowed behind others: the line is at least that long.
-            Err(_elapsed) => Outcome::Limited { retry_after: wait },
+            None => Err(RefusalKind::Limited { retry_after: wait }),
         };
         Verdict {
             outcome,
@@ -266,36 +257,54 @@ where
         }
     }
 
-    async fn acquire(&self, key: &K, cost: u64) -> Result<(), Outcome> {
+    /// Waits in the key's line alone, and only then in the global one, so that a
+    /// request waiting for its own key never holds the global line and the other keys
+    /// behind it. `None` when `deadline` passed first; the key's permits are then given
+    /// back, while they still count (see [`counts_until`]).
+    async fn acquire_by(&self, key: &K, cost: u64, deadline: Instant) -> Option<Outcome> {
+        match timeout_at(deadline, self.keyed.acquire(key, cost))
+            .await
+            .ok()?
+        {
+            Ok(()) => {}
+            Err(error) => return Some(Err(self.refusal(error))),
+        }
         let Some(global) = &self.global else {
-            return (self.keyed.acquire(key, cost).await).map_err(|error| self.refusal(error));
+            return Some(Ok(()));
         };
-        let whole = (self.keyed.limiter(key)).map_err(|error| self.outcome(Err(error)))?;
-        let both = all((whole, Arc::clone(global))).map_err(|error| Outcome::Unavailable {
-            reason: error.to_string(),
-        })?;
-        both.acquire(cost).await.map_err(|error| match error {
-            AcquireAllError::Member {
-                error: AcquireError::ExceedsLimit { requested, limit },
-                ..
-            } => Outcome::NeverFits { requested, limit },
-            other => Outcome::Unavailable {
-                reason: other.to_string(),
-            },
-        })
+        let counted_until = counts_until(self.keyed.quota(key), Instant::now());
+        let waited = timeout_at(deadline, global.acquire(cost)).await;
+        if !matches!(waited, Ok(Ok(())))
+            && counted_until.is_some_and(|until| Instant::now() < until)
+        {
+            self.keyed.refund(key, cost);
+        }
+        match waited.ok()? {
+            Ok(()) => Some(Ok(())),
+            Err(error) => Some(Err(self.refusal(error))),
+        }
     }
 
-    fn refusal(&self, error: AcquireError) -> Outcome {
+    fn refusal(&self, error: AcquireError) -> RefusalKind {
         match error {
             AcquireError::ExceedsLimit { requested, limit } => {
-                Outcome::NeverFits { requested, limit }
+                RefusalKind::NeverFits { requested, limit }
             }
-            AcquireError::TooManyKeys { .. } => Outcome::TooManyKeys {
+            AcquireError::TooManyKeys { .. } => RefusalKind::TooManyKeys {
                 retry_after: self.key_window(),
             },
-            other => Outcome::Unavailable {
+            other => RefusalKind::Unavailable {
                 reason: other.to_string(),
             },
         }
     }
+}
+
+/// Until when permits taken at `at`, which left the limiter at `quota`, still count: until
+/// it is whole again. A refund after that would give back permits that others' requests
+/// use since (a window that has moved on, a log whose entry has left), so the limiter
+/// could admit more than its limit; `None` for a limiter that reports no quota, which is
+/// never refunded.
+pub(crate) fn counts_until(quota: Option<Quota>, at: Instant) -> Option<Instant> {
+    quota.map(|quota| at + quota.full_after)
 }

@@ -42,7 +42,7 @@
 //!
 //! - `client_ip.rs`: the client's address behind trusted proxies, and its key.
 //! - `key.rs`: the [`KeyExtractor`] trait and the keys the crate ships.
-//! - `limits.rs`: what decides: per key and global, in-process.
+//! - `limits.rs`: what decides: per key and global, in-process; `redis.rs`: in Redis.
 //! - `headers.rs`: the header fields of a decision.
 //! - `response.rs`: what a refusal is answered.
 //! - `layer.rs`: the layer and its builder; `service.rs`: the service and its future.
@@ -52,17 +52,23 @@ mod headers;
 mod key;
 mod layer;
 mod limits;
+#[cfg(feature = "redis")]
+mod redis;
 mod response;
 mod service;
 
 pub use client_ip::{
     Cidr, CidrError, ClientIp, ClientIpError, ClientKey, ForwardedHeader, TrustedProxies,
 };
-pub use key::{key_fn, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead};
+pub use key::{
+    key_fn, ClientIpFrom, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead,
+};
 pub use layer::{
-    ActualCost, BuildError, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer, Settle,
-    DEFAULT_MAX_KEYS,
+    ActualCost, BuildError, InProcess, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer,
+    Settle, DEFAULT_MAX_KEYS,
 };
 pub use limits::{Limits, Local};
+#[cfg(feature = "redis")]
+pub use redis::RedisLimits;
 pub use response::{DefaultRefusal, Refusal, RefusalFn, RefusalKind, RespondRefusal};
 pub use service::{RateLimit, ResponseFuture};

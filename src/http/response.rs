@@ -62,11 +62,16 @@ pub enum RefusalKind {
 pub struct Refusal {
     kind: RefusalKind,
     headers: HeaderMap,
-    grpc: bool,
+    /// The request's content type, when it is a gRPC call.
+    grpc: Option<HeaderValue>,
 }
 
 impl Refusal {
-    pub(crate) fn new(kind: RefusalKind, mut headers: HeaderMap, grpc: bool) -> Refusal {
+    pub(crate) fn new(
+        kind: RefusalKind,
+        mut headers: HeaderMap,
+        grpc: Option<HeaderValue>,
+    ) -> Refusal {
         if let RefusalKind::Limited { retry_after } | RefusalKind::TooManyKeys { retry_after } =
             &kind
         {
@@ -106,7 +111,7 @@ impl Refusal {
     /// Whether the request is a gRPC call (its `content-type` is `application/grpc`,
     /// with or without a suffix): those are answered with a gRPC status, not an HTTP one.
     pub fn is_grpc(&self) -> bool {
-        self.grpc
+        self.grpc.is_some()
     }
 
     /// The gRPC status code the layer answers a gRPC call with: `RESOURCE_EXHAUSTED` (8)
@@ -126,15 +131,16 @@ impl Refusal {
     /// The layer's response: [`status`](Refusal::status) with
     /// [`headers`](Refusal::headers) and an empty body; for a gRPC call, `200 OK` with
     /// `grpc-status` and `grpc-message` in the headers (a "trailers-only" response, as
-    /// gRPC clients expect), and the same `Retry-After` and `RateLimit` fields.
+    /// gRPC clients expect) and the request's own content type (gRPC-Web's included),
+    /// and the same `Retry-After` and `RateLimit` fields.
     pub fn into_response<B: Default>(self) -> Response<B> {
         let mut response = Response::new(B::default());
         let message = self.to_string();
         let (status, grpc_status) = (self.status(), self.grpc_status());
         *response.headers_mut() = self.headers;
-        if self.grpc {
+        if let Some(content_type) = self.grpc {
             let headers = response.headers_mut();
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            headers.insert(CONTENT_TYPE, content_type);
             headers.insert(GRPC_STATUS, HeaderValue::from(grpc_status));
             if let Ok(message) = HeaderValue::from_str(&grpc_message(&message)) {
                 headers.insert(GRPC_MESSAGE, message);
@@ -237,7 +243,7 @@ mod tests {
                 retry_after: Duration::from_millis(1_200),
             },
             HeaderMap::new(),
-            false,
+            None,
         );
         let response: Response<()> = refusal.into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -251,13 +257,16 @@ mod tests {
                 retry_after: Duration::from_secs(3),
             },
             HeaderMap::new(),
-            true,
+            Some(HeaderValue::from_static("application/grpc-web+proto")),
         );
         assert_eq!(refusal.grpc_status(), 8);
         let response: Response<()> = refusal.into_response();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["grpc-status"], "8");
-        assert_eq!(response.headers()["content-type"], "application/grpc");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/grpc-web+proto"
+        );
         assert_eq!(
             response.headers()["grpc-message"],
             "too many requests; retry after 3s"
@@ -308,7 +317,7 @@ mod tests {
             ),
         ];
         for (kind, status, grpc, retry_after) in cases {
-            let refusal = Refusal::new(kind, HeaderMap::new(), false);
+            let refusal = Refusal::new(kind, HeaderMap::new(), None);
             assert_eq!(refusal.status(), status, "{refusal}");
             assert_eq!(refusal.grpc_status(), grpc, "{refusal}");
             assert_eq!(refusal.headers().contains_key("retry-after"), retry_after);

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use pin_project::pin_project;
+use tokio::time::Instant;
 use tower::Service;
 
 use super::key::{KeyExtractor, RequestHead};
 use super::layer::{ActualCost, MissingKey, Mode, Settle, Shared};
-use super::limits::{private::Decide, Decided, Outcome, Verdict};
+use super::limits::{counts_until, private::Decide, Decided, Verdict};
 use super::response::{Refusal, RefusalKind, RespondRefusal};
 use crate::quota::Quota;
 
@@ -50,24 +51,32 @@ impl<S: fmt::Debug, X: KeyExtractor, B, H> fmt::Debug for RateLimit<S, X, B, H> 
     }
 }
 
-/// Whether `headers` say the request is a gRPC call.
-fn is_grpc(headers: &HeaderMap) -> bool {
-    (headers.get(CONTENT_TYPE))
-        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+/// The request's content type when it is a gRPC call (`application/grpc`, with any
+/// suffix, gRPC-Web's included): a refusal answers in kind.
+fn grpc_content_type(headers: &HeaderMap) -> Option<HeaderValue> {
+    let content_type = headers.get(CONTENT_TYPE)?;
+    (content_type.as_bytes().starts_with(b"application/grpc")).then(|| content_type.clone())
 }
 
 /// What an admitted request carries to its response: the quotas for its headers, and
 /// what to settle.
 struct Admitted<K> {
     quotas: Option<[Option<Quota>; 2]>,
-    settle: Option<(K, u64)>,
+    settle: Option<Settlement<K>>,
+}
+
+/// What an admitted request was charged, to settle once its response tells its true cost.
+struct Settlement<K> {
+    key: K,
+    charged: u64,
+    /// Until when the charge counts in each limit (the per-key one, then the global one):
+    /// only then may it be given back.
+    counted_until: [Option<Instant>; 2],
 }
 
 impl<S, X, B, H, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, X, B, H>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     X: KeyExtractor,
     B: Decide<X::Key>,
     H: RespondRefusal<ResBody>,
@@ -83,7 +92,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let head = RequestHead::of(&request);
-        let grpc = is_grpc(head.headers);
+        let grpc = grpc_content_type(head.headers);
         let allowed_network = !shared.allow_cidrs.is_empty()
             && (shared.key.client_ip(&head))
                 .is_some_and(|ip| shared.allow_cidrs.iter().any(|cidr| cidr.contains(ip)));
@@ -91,8 +100,17 @@ where
             _ if allowed_network => return self.pass(request),
             Ok(key) => key,
             Err(error) => match &shared.missing {
+                // A shadow refuses nothing: it counts what it would have refused.
+                MissingKey::Refuse if shared.mode == Mode::Shadow => {
+                    shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
+                    return self.pass(request);
+                }
                 MissingKey::Refuse => {
-                    return self.refuse(RefusalKind::NoKey(error), HeaderMap::new(), grpc)
+                    let state = refused(shared, RefusalKind::NoKey(error), HeaderMap::new(), grpc);
+                    return ResponseFuture {
+                        state,
+                        shared: Arc::clone(&self.shared),
+                    };
                 }
                 MissingKey::Allow => return self.pass(request),
                 MissingKey::Key(key) => key.clone(),
@@ -155,27 +173,23 @@ impl<S, X: KeyExtractor, B, H> RateLimit<S, X, B, H> {
             shared: Arc::clone(&self.shared),
         }
     }
+}
 
-    fn refuse<ReqBody, ResBody>(
-        &self,
-        kind: RefusalKind,
-        headers: HeaderMap,
-        grpc: bool,
-    ) -> ResponseFuture<S, X, B, H, ReqBody, ResBody>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-        H: RespondRefusal<ResBody>,
-    {
-        let response = self
-            .shared
-            .respond
-            .respond(Refusal::new(kind, headers, grpc));
-        ResponseFuture {
-            state: State::Refused {
-                response: Some(response),
-            },
-            shared: Arc::clone(&self.shared),
-        }
+/// The state of a refused request: its response, built by the layer's hook.
+fn refused<S, X, B, H, ReqBody, ResBody>(
+    shared: &Shared<X, B, H>,
+    kind: RefusalKind,
+    headers: HeaderMap,
+    grpc: Option<HeaderValue>,
+) -> State<S, X::Key, ReqBody, ResBody>
+where
+    S: Service<Request<ReqBody>>,
+    X: KeyExtractor,
+    H: RespondRefusal<ResBody>,
+{
+    let response = shared.respond.respond(Refusal::new(kind, headers, grpc));
+    State::Refused {
+        response: Some(response),
     }
 }
 
@@ -187,42 +201,37 @@ fn answer<S, X, B, H, ReqBody, ResBody>(
     request: Request<ReqBody>,
     key: X::Key,
     cost: u64,
-    grpc: bool,
+    grpc: Option<HeaderValue>,
 ) -> State<S, X::Key, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     X: KeyExtractor,
     H: RespondRefusal<ResBody>,
 {
-    let refusal = match verdict.outcome {
-        Outcome::Admitted => None,
-        Outcome::Limited { retry_after } => Some(RefusalKind::Limited { retry_after }),
-        Outcome::NeverFits { requested, limit } => {
-            Some(RefusalKind::NeverFits { requested, limit })
-        }
-        Outcome::TooManyKeys { retry_after } => Some(RefusalKind::TooManyKeys { retry_after }),
-        Outcome::Unavailable { reason } => Some(RefusalKind::Unavailable { reason }),
-    };
-    let admitted = match refusal {
-        None => true,
-        Some(_) if shared.mode == Mode::Shadow => {
+    let admitted = match verdict.outcome {
+        Ok(()) => true,
+        Err(_) if shared.mode == Mode::Shadow => {
             shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
             false
         }
-        Some(kind) => {
+        Err(kind) => {
             let mut headers = HeaderMap::new();
             // A table too full to hold the key says nothing of the client's quota.
             if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
                 shared.fields.insert(&mut headers, &verdict.quotas);
             }
-            let response = shared.respond.respond(Refusal::new(kind, headers, grpc));
-            return State::Refused {
-                response: Some(response),
-            };
+            return refused(shared, kind, headers, grpc);
         }
     };
     // Only a request that took its permits has anything to settle.
-    let settle = (admitted && shared.settle.is_some()).then_some((key, cost));
+    let settle = (admitted && shared.settle.is_some()).then(|| {
+        let now = Instant::now();
+        Settlement {
+            key,
+            charged: cost,
+            counted_until: verdict.quotas.map(|quota| counts_until(quota, now)),
+        }
+    });
     State::Calling {
         future: inner.call(request),
         admitted: Admitted {
@@ -238,7 +247,7 @@ struct Waiting<S, K, ReqBody> {
     request: Request<ReqBody>,
     key: K,
     cost: u64,
-    grpc: bool,
+    grpc: Option<HeaderValue>,
 }
 
 #[pin_project(project = StateProjection)]
@@ -321,8 +330,8 @@ where
                     if let Some(quotas) = &admitted.quotas {
                         this.shared.fields.insert(response.headers_mut(), quotas);
                     }
-                    if let Some((key, charged)) = admitted.settle.take() {
-                        settle(this.shared, &response, &key, charged);
+                    if let Some(settlement) = admitted.settle.take() {
+                        settle(this.shared, &response, settlement);
                     }
                     return Poll::Ready(Ok(response));
                 }
@@ -335,12 +344,11 @@ where
     }
 }
 
-/// Settles a request charged `charged` from the true cost its response carries.
+/// Settles an admitted request from the true cost its response carries.
 fn settle<X: KeyExtractor, B: Decide<X::Key>, H, ResBody>(
     shared: &Shared<X, B, H>,
     response: &Response<ResBody>,
-    key: &X::Key,
-    charged: u64,
+    settlement: Settlement<X::Key>,
 ) {
     let actual = match &shared.settle {
         Some(Settle::Extension) => (response.extensions().get::<ActualCost>()).map(|cost| cost.0),
@@ -350,6 +358,9 @@ fn settle<X: KeyExtractor, B: Decide<X::Key>, H, ResBody>(
         None => None,
     };
     if let Some(actual) = actual {
-        shared.limits.settle(key, charged, actual);
+        let now = Instant::now();
+        let refundable =
+            (settlement.counted_until).map(|until| until.is_some_and(|until| now < until));
+        (shared.limits).settle(&settlement.key, settlement.charged, actual, refundable);
     }
 }

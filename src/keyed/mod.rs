@@ -7,12 +7,12 @@
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
-// Used by the HTTP layer (issue 22), which is built beside this; until it is merged, only
-// the tests call it.
-#[cfg_attr(not(test), allow(dead_code))]
+// The joint decision serves the HTTP layer; without its feature only the tests call it.
+#[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
 mod joint;
 mod shard;
 
+#[cfg(feature = "http")]
 pub(crate) use joint::{Joint, JointRefusal};
 
 use std::borrow::Borrow;
@@ -176,8 +176,10 @@ const QUIET_FACTOR: u64 = 9;
 /// (a few arithmetic steps, no call into the limiter), during a sweep, and when an
 /// `acquire` that used a key's whole limiter ends and folds it back into its word; a
 /// whole limiter is otherwise called after the lock is released, and no lock is held
-/// across an `.await`. Where both are held, the shard's lock is taken before the
-/// limiter's.
+/// across an `.await`. A key's word decided together with a global limiter, all or
+/// nothing, is the one exception: the global limiter decides under the shard's lock, so
+/// that the word is written back only if it admits too. Where both are held, the shard's
+/// lock is taken before the limiter's.
 /// A key is hashed once a call: the hash picks its shard and its place in the shard's
 /// table. The number of shards is a power of two, by default the next one at or above
 /// four per available thread.
@@ -434,7 +436,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let per_key: Keyed<&str, TokenBucket> =
+    /// let per_key: Keyed<String, TokenBucket> =
     ///     Keyed::builder(TokenBucket::new(Rate::per_second(10), 10)?).max_keys(1).build()?;
     /// let decision = per_key.try_acquire_decision("alice", 4);
     /// assert_eq!(decision.result, Ok(()));
@@ -532,7 +534,8 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// ```
     /// use token_bucket::{Keyed, Rate, TokenBucket};
     ///
-    /// let per_key: Keyed<&str, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_hour(1), 10)?);
+    /// let per_key: Keyed<String, TokenBucket> =
+    ///     Keyed::new(TokenBucket::new(Rate::per_hour(1), 10)?);
     /// // Charge an estimate up front...
     /// per_key.try_acquire("alice", 8)?;
     /// // ...and settle once the work cost 3: the other 5 go back.

@@ -33,5 +33,13 @@ pub(crate) mod sealed {
         /// most [`limit`](Self::limit)). The last grows in proportion to `permits`, so
         /// requests on one key can be added up.
         fn arguments(&self, permits: u64) -> [u64; 3];
+
+        /// The whole permits in `units` of what the script counts (the unit of the last
+        /// of [`arguments`](Self::arguments)): a bucket's parts of a token, a window's
+        /// permits.
+        fn whole_permits(&self, units: u64) -> u64;
+
+        /// Its budget as permits per window.
+        fn policy(&self) -> crate::quota::Policy;
     }
 }

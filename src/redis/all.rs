@@ -11,6 +11,8 @@ use super::decision::{Member, Part, Plan};
 use super::error::RedisLimitError;
 use super::policy::{FailurePolicy, RedisOptions};
 use super::RedisLimiter;
+use crate::error::TryAcquireError;
+use crate::quota::{Decision, Policy};
 
 /// A limiter paired with a key: one member of a decision over several limits, made by
 /// [`RedisLimiter::member`] and put together with others by [`all`].
@@ -63,6 +65,30 @@ impl RedisMember {
     /// ```
     pub fn redis_key(&self) -> &str {
         &self.key
+    }
+
+    /// Its limiter's [`policy`](RedisLimiter::policy): the budget this member reports in
+    /// a `RateLimit-Policy` header field.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisFixedWindow, RedisOptions};
+    /// use token_bucket::Policy;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen);
+    /// let minute = Duration::from_secs(60);
+    /// let limiter = RedisFixedWindow::new(connection, 100, minute, options)?;
+    /// assert_eq!(limiter.member("user-42").policy(), Policy { limit: 100, window: minute });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn policy(&self) -> Policy {
+        self.limiter.policy()
     }
 }
 
@@ -147,6 +173,8 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
 pub struct RedisAll {
     /// The members' keys, each once, in the order first named.
     parts: Vec<Part>,
+    /// Each member's key, in the members' order: its index in `parts`.
+    members: Vec<usize>,
     /// Every limiter among the members, each once.
     limiters: Vec<Arc<dyn Member>>,
     policy: FailurePolicy,
@@ -256,6 +284,7 @@ pub struct RedisAll {
 /// ```
 pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
     let mut parts: Vec<Part> = Vec::new();
+    let mut member_parts = Vec::new();
     let mut limiters: Vec<Arc<dyn Member>> = Vec::new();
     let mut conflict = None;
     for RedisMember { limiter, key } in members {
@@ -264,8 +293,10 @@ pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
         if !limiters.iter().any(known) {
             limiters.push(Arc::clone(&limiter));
         }
-        match parts.iter_mut().find(|part| part.key == key) {
-            Some(part) => {
+        match parts.iter().position(|part| part.key == key) {
+            Some(index) => {
+                member_parts.push(index);
+                let part = &mut parts[index];
                 // One key holds one limiter's state: two limiters that would read it by
                 // different settings (limits of one kind and prefix, say 10 a second and
                 // 1,000 a day) cannot both be decided on it.
@@ -274,11 +305,14 @@ pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
                 }
                 part.count += 1;
             }
-            None => parts.push(Part {
-                limiter,
-                key,
-                count: 1,
-            }),
+            None => {
+                member_parts.push(parts.len());
+                parts.push(Part {
+                    limiter,
+                    key,
+                    count: 1,
+                });
+            }
         }
     }
     let options: Vec<&RedisOptions> = limiters
@@ -300,6 +334,7 @@ pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
         .unwrap_or(RedisOptions::DEFAULT_TIMEOUT);
     RedisAll {
         parts,
+        members: member_parts,
         limiters,
         policy,
         timeout,
@@ -368,6 +403,87 @@ impl RedisAll {
         self.plan().try_acquire(permits).await
     }
 
+    /// [`try_acquire`](Self::try_acquire), and every member's own decision and
+    /// [`Quota`](crate::Quota), from the same one script call: each key's state as the
+    /// decision read it and left it, at one instant of the server's clock. What an HTTP
+    /// response needs to report a per-client and a global limit in one round trip.
+    ///
+    /// The [`AllDecision`] holds:
+    ///
+    /// - **`result`**, the decision over all members, what `try_acquire` would answer in
+    ///   the in-process error type: `Ok(())` when every member took the permits;
+    ///   `Err(TryAcquireError::Limited { retry_after })` when any refused, nothing taken,
+    ///   `retry_after` the latest of the refusing members' waits (as `try_acquire`'s);
+    ///   `Err(TryAcquireError::ExceedsLimit { .. })` naming the first member that can
+    ///   never admit `permits` (times the members on its key), without asking Redis.
+    /// - **`members`**, one [`Decision`] per member, in the order given to [`all`]:
+    ///   - its `result` is its own verdict: `Err(Limited { retry_after })` with its own
+    ///     wait when it refused, `Err(ExceedsLimit { .. })` when it can never admit the
+    ///     request, else `Ok(())`, which says only that this member did not refuse: the
+    ///     permits were taken only if the whole `result` is `Ok`;
+    ///   - its `quota` is its key's state after the decision: after the take when the
+    ///     whole decision took, else unchanged (a refusal writes nothing anywhere).
+    ///     Members on one key report that key's state. `None` when nothing was asked of
+    ///     Redis (`ExceedsLimit`) or Redis could not decide under
+    ///     [`FailurePolicy::FailOpen`] (every member's result is then `Ok(())`, the
+    ///     request allowed and counted by every member's limiter, as `try_acquire` does).
+    ///
+    /// Zero permits asks Redis for every member's quota and takes nothing.
+    ///
+    /// # Errors
+    ///
+    /// Those [`try_acquire`](Self::try_acquire) returns whatever Redis says:
+    /// [`RedisLimitError::NoMembers`], [`RedisLimitError::ConflictingMembers`],
+    /// [`RedisLimitError::CrossSlot`], [`RedisLimitError::NoRuntime`], and under the
+    /// combined policy [`FailurePolicy::FailClosed`], [`RedisLimitError::Unavailable`]
+    /// and [`RedisLimitError::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire): dropped before it completes it may or may
+    /// not have taken the permits, from all members or from none.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{all, driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::{Rate, TryAcquireError};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed);
+    /// let per_client = RedisTokenBucket::new(connection.clone(), Rate::per_second(5), 10, options.clone())?;
+    /// let global = RedisTokenBucket::new(connection, Rate::per_second(500), 1_000, options.with_prefix("global:"))?;
+    /// let limits = all([per_client.member("client-7"), global.member("everyone")]);
+    /// let decision = limits.try_acquire_decision(1).await?;
+    /// match decision.result {
+    ///     Ok(()) => { /* serve */ }
+    ///     Err(TryAcquireError::Limited { retry_after }) => println!("429, Retry-After {retry_after:?}"),
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// for (member, policy) in decision.members.iter().zip([per_client.policy(), global.policy()]) {
+    ///     if let Some(quota) = member.quota {
+    ///         println!("{} per {:?}: {} left", policy.limit, policy.window, quota.remaining);
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire_decision(&self, permits: u64) -> Result<AllDecision, RedisLimitError> {
+        self.check_members()?;
+        let decided = self.plan().decide(permits).await?;
+        let members = self
+            .members
+            .iter()
+            .map(|&index| decided.for_part(&self.parts[index], index, permits))
+            .collect();
+        Ok(AllDecision {
+            result: decided.result(),
+            members,
+        })
+    }
+
     /// Takes `permits` from every member, waiting as long as their limits require: after
     /// each refusal it sleeps the `retry_after` Redis gave (the latest of the refusing
     /// members'), plus a random extra of up to a quarter of it (at least up to 1 ms, at
@@ -426,6 +542,63 @@ impl RedisAll {
             policy: self.policy,
             timeout: self.timeout,
         }
+    }
+}
+
+/// What [`RedisAll::try_acquire_decision`] decided: the decision over all members, and
+/// each member's own, with its quota. See there for every case.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::redis::AllDecision;
+/// use token_bucket::{Decision, Quota, TryAcquireError};
+///
+/// // Refused by the second member only: nothing taken, both quotas as they were.
+/// let limited = TryAcquireError::Limited { retry_after: Duration::from_millis(200) };
+/// let decision = AllDecision {
+///     result: Err(limited),
+///     members: vec![
+///         Decision {
+///             result: Ok(()),
+///             quota: Some(Quota { remaining: 4, full_after: Duration::from_millis(600) }),
+///         },
+///         Decision {
+///             result: Err(limited),
+///             quota: Some(Quota { remaining: 0, full_after: Duration::from_secs(1) }),
+///         },
+///     ],
+/// };
+/// assert_eq!(decision.refused_by().collect::<Vec<_>>(), [1]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllDecision {
+    /// The decision over all members: `Ok(())` when every member took the permits, else
+    /// why none did.
+    pub result: Result<(), TryAcquireError>,
+    /// Each member's own decision and quota, in the order the members were given to
+    /// [`all`]. A member's `Ok(())` says only that it did not refuse.
+    pub members: Vec<Decision>,
+}
+
+impl AllDecision {
+    /// The positions, among the members, of those that refused the request.
+    ///
+    /// ```
+    /// use token_bucket::redis::AllDecision;
+    /// use token_bucket::Decision;
+    ///
+    /// let granted = AllDecision {
+    ///     result: Ok(()),
+    ///     members: vec![Decision { result: Ok(()), quota: None }],
+    /// };
+    /// assert_eq!(granted.refused_by().count(), 0);
+    /// ```
+    pub fn refused_by(&self) -> impl Iterator<Item = usize> + '_ {
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(_, member)| member.result.is_err())
+            .map(|(position, _)| position)
     }
 }
 

@@ -16,7 +16,9 @@ use super::connection::RedisConnection;
 use super::error::RedisLimitError;
 use super::jitter::Jitter;
 use super::policy::{FailurePolicy, RedisOptions};
-use super::scripts::{Decision, KeyCall, ScriptCall};
+use super::scripts::{KeyCall, KeyState, Reply, ScriptCall};
+use crate::error::TryAcquireError;
+use crate::quota::{Decision, Policy, Quota};
 
 /// What every limiter has whatever its algorithm and connection: its options, its count
 /// of decisions not made, and its jitter.
@@ -50,7 +52,7 @@ pub(crate) trait Member: Send + Sync {
     fn common(&self) -> &Common;
 
     /// Makes `call` over this limiter's connection.
-    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>>;
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Reply>>;
 
     /// As [`Algorithm::TAG`].
     fn tag(&self) -> &'static str;
@@ -61,6 +63,12 @@ pub(crate) trait Member: Send + Sync {
     /// As [`Algorithm::arguments`].
     fn arguments(&self, permits: u64) -> [u64; 3];
 
+    /// As [`Algorithm::policy`].
+    fn policy(&self) -> Policy;
+
+    /// A key's state, as the script reported it, in permits.
+    fn quota(&self, state: &KeyState) -> Quota;
+
     /// The algorithm's settings, for `Debug`.
     fn algorithm(&self) -> &dyn fmt::Debug;
 }
@@ -70,7 +78,7 @@ impl<A: Algorithm, C: RedisConnection> Member for Shared<A, C> {
         &self.common
     }
 
-    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Decision>> {
+    fn run(&self, call: ScriptCall) -> BoxFuture<'static, RedisResult<Reply>> {
         Box::pin(call.run(self.connection.clone()))
     }
 
@@ -84,6 +92,17 @@ impl<A: Algorithm, C: RedisConnection> Member for Shared<A, C> {
 
     fn arguments(&self, permits: u64) -> [u64; 3] {
         self.algorithm.arguments(permits)
+    }
+
+    fn policy(&self) -> Policy {
+        self.algorithm.policy()
+    }
+
+    fn quota(&self, state: &KeyState) -> Quota {
+        Quota {
+            remaining: self.algorithm.whole_permits(state.left),
+            full_after: state.whole_after,
+        }
     }
 
     fn algorithm(&self) -> &dyn fmt::Debug {
@@ -117,9 +136,104 @@ pub(crate) struct Plan<'a> {
     pub(crate) timeout: Duration,
 }
 
+/// What [`Plan::decide`] came to.
+pub(crate) enum Decided {
+    /// Refused without asking Redis: `requested` is above a part's `limit` (the first
+    /// such part's).
+    ExceedsLimit { requested: u64, limit: u64 },
+    /// Redis decided (for zero permits, only read the parts' states).
+    ByRedis(Reply),
+    /// Redis could not decide, and the failure policy allowed the request (counted).
+    FailedOpen,
+}
+
+impl Decided {
+    /// The decision over every part, as `try_acquire` would answer it, in the in-process
+    /// limiters' error type.
+    pub(crate) fn result(&self) -> Result<(), TryAcquireError> {
+        match self {
+            Decided::ExceedsLimit { requested, limit } => Err(TryAcquireError::ExceedsLimit {
+                requested: *requested,
+                limit: *limit,
+            }),
+            Decided::ByRedis(reply) => match reply.retry_after() {
+                None => Ok(()),
+                Some(retry_after) => Err(TryAcquireError::Limited { retry_after }),
+            },
+            Decided::FailedOpen => Ok(()),
+        }
+    }
+
+    /// The decision of `part`, the plan's part at `index`, on its own, for `permits` per
+    /// member: refused only if it refused (with its own wait) or can never admit them;
+    /// its quota when Redis reported it.
+    pub(crate) fn for_part(&self, part: &Part, index: usize, permits: u64) -> Decision {
+        let result = match self {
+            Decided::ExceedsLimit { .. } => {
+                let (requested, limit) = (part.requested(permits), part.limiter.limit());
+                if requested > limit {
+                    Err(TryAcquireError::ExceedsLimit { requested, limit })
+                } else {
+                    Ok(())
+                }
+            }
+            // The reply holds a state for each of the call's parts.
+            Decided::ByRedis(reply) => match reply.keys[index].wait {
+                wait if wait.is_zero() => Ok(()),
+                retry_after => Err(TryAcquireError::Limited { retry_after }),
+            },
+            Decided::FailedOpen => Ok(()),
+        };
+        Decision {
+            result,
+            quota: self.quota(part, index),
+        }
+    }
+
+    /// The quota of `part`, the plan's part at `index`, when Redis reported it.
+    pub(crate) fn quota(&self, part: &Part, index: usize) -> Option<Quota> {
+        match self {
+            Decided::ByRedis(reply) => Some(part.limiter.quota(&reply.keys[index])),
+            Decided::ExceedsLimit { .. } | Decided::FailedOpen => None,
+        }
+    }
+}
+
 impl Plan<'_> {
     /// Takes `permits` from every part (times its count) if all allow now, else nothing.
     pub(crate) async fn try_acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        let first = self.check(permits)?;
+        if permits == 0 {
+            return Ok(());
+        }
+        match self.ask(first, permits).await? {
+            Some(reply) => match reply.retry_after() {
+                None => Ok(()),
+                Some(retry_after) => Err(RedisLimitError::Limited { retry_after }),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), with every part's state in the reply. Zero
+    /// permits asks Redis for the parts' states, taking nothing.
+    pub(crate) async fn decide(&self, permits: u64) -> Result<Decided, RedisLimitError> {
+        let first = match self.check(permits) {
+            Ok(first) => first,
+            Err(RedisLimitError::ExceedsLimit { requested, limit }) => {
+                return Ok(Decided::ExceedsLimit { requested, limit })
+            }
+            Err(other) => return Err(other),
+        };
+        Ok(match self.ask(first, permits).await? {
+            Some(reply) => Decided::ByRedis(reply),
+            None => Decided::FailedOpen,
+        })
+    }
+
+    /// What is refused without asking Redis: no parts, and more permits than a part's
+    /// limit (the first such part, in order). Else the first part.
+    fn check(&self, permits: u64) -> Result<&Part, RedisLimitError> {
         let Some(first) = self.parts.first() else {
             return Err(RedisLimitError::NoMembers);
         };
@@ -129,9 +243,13 @@ impl Plan<'_> {
                 return Err(RedisLimitError::ExceedsLimit { requested, limit });
             }
         }
-        if permits == 0 {
-            return Ok(());
-        }
+        Ok(first)
+    }
+
+    /// Asks Redis, over `first`'s connection, to decide on `permits` from every part
+    /// (each at most its limit). `None` when Redis could not decide and the failure
+    /// policy allowed the request.
+    async fn ask(&self, first: &Part, permits: u64) -> Result<Option<Reply>, RedisLimitError> {
         // The connection and the timeout need tokio; without it they would panic.
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(RedisLimitError::NoRuntime);
@@ -139,15 +257,14 @@ impl Plan<'_> {
         let keys = self.parts.iter().map(|part| KeyCall {
             key: &part.key,
             tag: part.limiter.tag(),
-            // At most the limit, checked above.
+            // At most the limit, checked.
             arguments: part.limiter.arguments(part.requested(permits)),
         });
         let call = first.limiter.run(ScriptCall::new(keys));
         match bounded(self.timeout, call).await {
-            Ok(Decision::Granted) => Ok(()),
-            Ok(Decision::Limited { retry_after }) => Err(RedisLimitError::Limited { retry_after }),
+            Ok(reply) => Ok(Some(reply)),
             Err(failure) if failure.is_policy_proof() => Err(failure),
-            Err(failure) => self.undecided(failure),
+            Err(failure) => self.undecided(failure).map(|()| None),
         }
     }
 

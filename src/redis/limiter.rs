@@ -15,6 +15,7 @@ use super::decision::{Common, Member, Part, Plan, Shared};
 use super::error::RedisLimitError;
 use super::policy::RedisOptions;
 use crate::error::ConfigError;
+use crate::quota::{Decision, Policy};
 
 /// A keyed rate limiter whose state lives in Redis, shared by every process that uses
 /// the same Redis, prefix and settings. Made as a [`RedisTokenBucket`](super::RedisTokenBucket),
@@ -139,6 +140,87 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
         self.plan(&part).try_acquire(permits).await
     }
 
+    /// [`try_acquire`](Self::try_acquire), and `key`'s [`Quota`](crate::Quota) right
+    /// after, from the same script call: the state the decision read and wrote, at the
+    /// instant of the server's clock it decided at, with no other request in between.
+    /// What an HTTP response's `RateLimit` field needs; the same [`Decision`] as
+    /// [`Limiter::try_acquire_decision`](crate::Limiter::try_acquire_decision) gives.
+    ///
+    /// - **Granted**: `Ok(Decision { result: Ok(()), quota: Some(..) })`, the quota after
+    ///   the take.
+    /// - **Refused**: `Ok(Decision { result: Err(TryAcquireError::Limited { retry_after }),
+    ///   quota: Some(..) })`: `retry_after` as [`try_acquire`](Self::try_acquire)'s, the
+    ///   quota of the key as it is (a refusal writes nothing).
+    /// - **More than the [limit](Self::limit)**: `Ok(Decision { result:
+    ///   Err(TryAcquireError::ExceedsLimit { .. }), quota: None })`, decided without
+    ///   asking Redis, so nothing is known of the key.
+    /// - **Zero permits** asks Redis for the key's quota and takes nothing:
+    ///   `Ok(Decision { result: Ok(()), quota: Some(..) })`. (Unlike
+    ///   [`try_acquire`](Self::try_acquire), which allows them without a call.)
+    /// - **Redis cannot decide, under
+    ///   [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen)**: `Ok(Decision {
+    ///   result: Ok(()), quota: None })`, allowed and [counted](Self::fail_open_count),
+    ///   as `try_acquire` does; nothing is known of the key.
+    ///
+    /// The quota, read on the server's clock: [`remaining`](crate::Quota::remaining) is
+    /// the whole permits the key could take at once (a bucket's whole tokens, none while
+    /// tokens are reserved ahead by a [`LeasedBucket`](super::LeasedBucket); a window's
+    /// limit less what it counts), and [`full_after`](crate::Quota::full_after) how long
+    /// until it is whole again if nothing more is taken (a bucket full, a window ended, a
+    /// log's newest permit no longer counting), in whole microseconds rounded up, so
+    /// never short; zero when it is whole. A client on another machine measures from when
+    /// it gets the answer, later than the decision: it is never told too early.
+    ///
+    /// # Errors
+    ///
+    /// Those `try_acquire` returns whatever Redis says:
+    ///
+    /// - Under [`FailurePolicy::FailClosed`](super::FailurePolicy::FailClosed),
+    ///   [`RedisLimitError::Unavailable`] when Redis cannot decide and
+    ///   [`RedisLimitError::Timeout`] when it does not answer in time.
+    /// - [`RedisLimitError::NoRuntime`] when polled outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire): dropped before it completes, it may or may
+    /// not have taken the permits.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::{Rate, TryAcquireError};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed);
+    /// let limiter = RedisTokenBucket::new(connection, Rate::per_second(10), 10, options)?;
+    /// let decision = limiter.try_acquire_decision("user-42", 4).await?;
+    /// assert_eq!(decision.result, Ok(()));
+    /// if let Some(quota) = decision.quota {
+    ///     // 6 left, unless another process took meanwhile; full again within 400 ms.
+    ///     assert!(quota.remaining <= 6);
+    ///     assert!(quota.full_after <= Duration::from_millis(1000));
+    /// }
+    /// let refused = limiter.try_acquire_decision("user-42", 10).await?;
+    /// assert!(matches!(refused.result, Err(TryAcquireError::Limited { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_acquire_decision(
+        &self,
+        key: &str,
+        permits: u64,
+    ) -> Result<Decision, RedisLimitError> {
+        let part = self.part(key);
+        let decided = self.plan(&part).decide(permits).await?;
+        Ok(Decision {
+            result: decided.result(),
+            quota: decided.quota(&part[0], 0),
+        })
+    }
+
     /// Takes `permits` for `key`, waiting as long as its limit requires: after each
     /// refusal it sleeps the `retry_after` Redis gave, plus a random extra of up to a
     /// quarter of it (at least up to 1 ms, at most up to 1 s), then asks again.
@@ -235,6 +317,33 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// ```
     pub fn limit(&self) -> u64 {
         self.shared.algorithm.limit()
+    }
+
+    /// The limiter's budget as permits per window, for the `RateLimit-Policy` header
+    /// field: a window's limit per window; a bucket's capacity per the time its rate
+    /// takes to fill it from empty (exact, rounded up to the nanosecond), so a bucket of
+    /// 60 gaining 1 a second is 60 per minute.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisSlidingLog, RedisTokenBucket};
+    /// use token_bucket::{Policy, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed);
+    /// let bucket = RedisTokenBucket::new(connection.clone(), Rate::per_second(1), 60, options.clone())?;
+    /// assert_eq!(bucket.policy(), Policy { limit: 60, window: Duration::from_secs(60) });
+    /// let log = RedisSlidingLog::new(connection, 30, Duration::from_secs(10), options)?;
+    /// assert_eq!(log.policy(), Policy { limit: 30, window: Duration::from_secs(10) });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn policy(&self) -> Policy {
+        self.shared.algorithm.policy()
     }
 
     /// The limiter's options.

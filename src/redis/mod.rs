@@ -183,13 +183,53 @@
 //! # }
 //! ```
 //!
+//! # Quotas, for the `RateLimit` header fields
+//!
+//! [`RedisLimiter::try_acquire_decision`] decides as [`try_acquire`](RedisLimiter::try_acquire)
+//! does, in the same script call, and returns the [`Decision`](crate::Decision) the
+//! in-process limiters give: the verdict, and the key's [`Quota`](crate::Quota) right
+//! after it (whole permits left, and how long until the key is whole again, in whole
+//! microseconds of the server's clock, rounded up), read from the state the decision
+//! used at the instant it decided. [`RedisAll::try_acquire_decision`] gives every
+//! member's, from its one call; [`RedisLimiter::policy`] the budget as permits per
+//! window. A [`LeasedBucket`] reports none (see there why).
+//!
+//! ```no_run
+//! use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+//! use token_bucket::Rate;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = driver::Client::open("redis://127.0.0.1/")?;
+//! let connection = driver::aio::ConnectionManager::new(client).await?;
+//! let options = RedisOptions::new(FailurePolicy::FailOpen);
+//! let limiter = RedisTokenBucket::new(connection, Rate::per_second(10), 20, options)?;
+//! let policy = limiter.policy(); // 20 per 2 s
+//! let decision = limiter.try_acquire_decision("user-42", 1).await?;
+//! if let Some(quota) = decision.quota {
+//!     println!(
+//!         "RateLimit-Policy: \"user\";q={};w={}",
+//!         policy.limit,
+//!         policy.window.as_secs()
+//!     );
+//!     println!(
+//!         "RateLimit: \"user\";r={};t={}",
+//!         quota.remaining,
+//!         quota.full_after.as_secs_f64().ceil()
+//!     );
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Not the in-process `Limiter`
 //!
 //! These limiters are asynchronous (every decision is a network call) and keyed, so they
 //! do not implement [`Limiter`](crate::Limiter), whose `try_acquire` answers at once for
 //! one limiter. Their [`acquire`](RedisLimiter::acquire) waits the `retry_after` Redis
 //! gives, with jitter, and asks again: order across processes is not first in, first
-//! out.
+//! out. Their decisions with quotas are the trait's [`Decision`](crate::Decision), so
+//! one HTTP layer can read both.
 //!
 //! # The driver
 //!
@@ -213,7 +253,7 @@ mod token_bucket;
 mod window;
 
 pub use self::algorithm::RedisAlgorithm;
-pub use self::all::{all, RedisAll, RedisMember};
+pub use self::all::{all, AllDecision, RedisAll, RedisMember};
 pub use self::connection::RedisConnection;
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};

@@ -90,13 +90,81 @@ fn script_for(keys: usize, first_tag: &str) -> &'static LuaScript {
     }
 }
 
-/// What a script decided.
+/// What a decision script answered: whether it took, and each key's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// Whether the permits were taken, from every key (always, for zero permits: nothing
+    /// was asked for, and nothing written).
+    pub(crate) granted: bool,
+    /// Each key's state, in the order of the call's keys: after the take when granted,
+    /// else as it was.
+    pub(crate) keys: Vec<KeyState>,
+}
+
+/// One key's state in a [`Reply`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
-    /// The permits were taken, from every key.
-    Granted,
-    /// Nothing was taken; the same request could succeed after `retry_after`.
-    Limited { retry_after: Duration },
+pub(crate) struct KeyState {
+    /// What it has left, in its algorithm's units (a bucket's parts of a token, a
+    /// window's permits).
+    pub(crate) left: u64,
+    /// How long until it is whole again (a bucket full, a window or log empty), in whole
+    /// microseconds of the server's clock, rounded up; zero when it is whole now.
+    pub(crate) whole_after: Duration,
+    /// How long until it would allow the request, in whole milliseconds rounded up: zero
+    /// when it allows it now.
+    pub(crate) wait: Duration,
+}
+
+impl Reply {
+    /// Reads the script's reply for a call on `keys` keys: `{granted, then for each key:
+    /// left, whole_after_us, wait_ms}` (see `lua/one_key.lua`).
+    fn parse(values: &[i64], keys: usize) -> RedisResult<Reply> {
+        let unexpected = || {
+            ::redis::RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "a rate limiter script's reply is not what the limiter sent it for",
+                format!("{values:?} for {keys} keys"),
+            ))
+        };
+        let (&granted, states) = values.split_first().ok_or_else(unexpected)?;
+        if states.len() != 3 * keys || !(granted == 0 || granted == 1) {
+            return Err(unexpected());
+        }
+        let mut parsed = Vec::with_capacity(keys);
+        for state in states.chunks_exact(3) {
+            let [left, whole_after, wait] = [state[0], state[1], state[2]];
+            let (Ok(whole_after), Ok(wait)) = (u64::try_from(whole_after), u64::try_from(wait))
+            else {
+                return Err(unexpected());
+            };
+            parsed.push(KeyState {
+                // Below zero only for a window counting more than this limiter's limit
+                // (another limiter's settings on its key): nothing is left.
+                left: u64::try_from(left).unwrap_or(0),
+                whole_after: Duration::from_micros(whole_after),
+                wait: Duration::from_millis(wait),
+            });
+        }
+        Ok(Reply {
+            granted: granted == 1,
+            keys: parsed,
+        })
+    }
+
+    /// `None` when granted, else how long until the same request could succeed: the
+    /// latest of the keys' waits, when all would allow it.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        if self.granted {
+            return None;
+        }
+        Some(
+            self.keys
+                .iter()
+                .map(|key| key.wait)
+                .max()
+                .unwrap_or_default(),
+        )
+    }
 }
 
 /// One key of a decision: the key, its algorithm's tag and the algorithm's arguments.
@@ -111,6 +179,8 @@ pub(crate) struct KeyCall<'a> {
 /// the keys, the arguments).
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
+    /// How many keys it decides on.
+    keys: usize,
     rest: Vec<Vec<u8>>,
 }
 
@@ -120,7 +190,8 @@ impl ScriptCall {
     pub(crate) fn new<'a>(keys: impl ExactSizeIterator<Item = KeyCall<'a>>) -> ScriptCall {
         let mut keys = keys.peekable();
         let first_tag = keys.peek().map_or("", |first| first.tag);
-        let script = script_for(keys.len(), first_tag);
+        let count = keys.len();
+        let script = script_for(count, first_tag);
         let mut names = Vec::new();
         let mut arguments = Vec::new();
         keys.len().write_redis_args(&mut names);
@@ -139,6 +210,7 @@ impl ScriptCall {
         names.append(&mut arguments);
         ScriptCall {
             script,
+            keys: count,
             rest: names,
         }
     }
@@ -157,6 +229,7 @@ impl ScriptCall {
         }
         ScriptCall {
             script: &LEASE,
+            keys: keys.len(),
             rest,
         }
     }
@@ -183,16 +256,10 @@ impl ScriptCall {
     /// can run out of its own retries during a slot migration: under concurrent traffic
     /// on one connection, another request can come between its `ASKING` and the command
     /// it was for, which the target then answers with `MOVED`, back to the source.
-    pub(crate) async fn run<C: ConnectionLike>(self, connection: C) -> RedisResult<Decision> {
-        // The script replies {1, 0} when it grants and {0, retry_after_ms} when it refuses.
-        let (granted, retry_after_ms): (u64, u64) = self.reply(connection).await?;
-        Ok(if granted == 1 {
-            Decision::Granted
-        } else {
-            Decision::Limited {
-                retry_after: Duration::from_millis(retry_after_ms),
-            }
-        })
+    pub(crate) async fn run<C: ConnectionLike>(self, connection: C) -> RedisResult<Reply> {
+        let keys = self.keys;
+        let values: Vec<i64> = self.reply(connection).await?;
+        Reply::parse(&values, keys)
     }
 
     /// The script's reply, read as `T`, made again as [`run`](Self::run) says.
@@ -342,5 +409,208 @@ mod tests {
             now >= before && now - before < 60_000_000,
             "{before} then {now}"
         );
+    }
+
+    /// Runs algorithm `tag`'s `decide` in a real Redis at the instant `now`, of the test's
+    /// choosing, on the key `k` as `setup` leaves it: its wait in microseconds (-1 when it
+    /// allows), what it has left, and how many microseconds until it is whole; then, when
+    /// it allows more than nothing, its `commit`, and what that says: how many
+    /// microseconds until the key is whole after the take (else -1).
+    async fn decide_at(
+        connection: &mut ConnectionManager,
+        tag: &str,
+        setup: &[&[&str]],
+        now: u64,
+        arguments: [u64; 3],
+    ) -> [i64; 4] {
+        let mut commands = ::redis::pipe();
+        commands.cmd("DEL").arg("k");
+        for command in setup {
+            commands.cmd(command[0]).arg("k").arg(&command[1..]);
+        }
+        commands.exec_async(connection).await.unwrap();
+        let (_, source) = ALGORITHMS.iter().find(|(known, _)| *known == tag).unwrap();
+        let body = format!(
+            "local now, asked = tonumber(ARGV[1]), tonumber(ARGV[4])\n\
+             local wait, left, full, x, y, z = {tag}_decide(KEYS[1], now, \
+             tonumber(ARGV[2]), tonumber(ARGV[3]), asked)\n\
+             local after = -1\n\
+             if not wait and asked > 0 then after = {tag}_commit(KEYS[1], now, x, y, z) end\n\
+             return {{wait or -1, left, full, after}}"
+        );
+        let [a, b, asked] = arguments;
+        let reply: Vec<i64> = ::redis::cmd("EVAL")
+            .arg(format!("{PRELUDE}{source}{body}"))
+            .arg(1)
+            .arg("k")
+            .arg(now)
+            .arg(a)
+            .arg(b)
+            .arg(asked)
+            .query_async(connection)
+            .await
+            .unwrap();
+        reply.try_into().unwrap()
+    }
+
+    /// An algorithm's tag, the commands that set its key up, the instant, its
+    /// arguments, and what [`decide_at`] should answer.
+    type Case<'a> = (&'a str, &'a [&'a [&'a str]], u64, [u64; 3], [i64; 4]);
+
+    #[tokio::test]
+    async fn each_algorithm_decides_and_reports_the_state_it_read_at_its_instant() {
+        let server = RedisServer::start();
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let mut connection = ConnectionManager::new(client).await.unwrap();
+        let connection = &mut connection;
+        // A bucket of 10 tokens of 1,000 parts, gaining one part a microsecond.
+        let bucket = |asked| [10_000, 1, asked];
+        let holding = [&["HSET", "parts", "4000", "time", "1000000"][..]];
+        // Three permits, named as sl_commit names them: their microsecond, an index.
+        let logged = [&[
+            "ZADD",
+            "1000000",
+            "1000000:0",
+            "1200000",
+            "1200000:0",
+            "1300000",
+            "1300000:0",
+        ][..]];
+        let cases: Vec<Case<'_>> = vec![
+            // Untouched: full.
+            ("tb", &[], 1_000_000, bucket(0), [-1, 10_000, 0, -1]),
+            // 4,500 parts 500 µs on: 5,000 wait 500 µs; full in 5,500.
+            (
+                "tb",
+                &holding,
+                1_000_500,
+                bucket(5_000),
+                [500, 4_500, 5_500, -1],
+            ),
+            (
+                "tb",
+                &holding,
+                1_000_500,
+                bucket(4_000),
+                [-1, 4_500, 5_500, 9_500],
+            ),
+            // Reserved ahead, until 400 µs from now: nothing left until then.
+            (
+                "tb",
+                &[&["HSET", "parts", "2000", "time", "1000900"]],
+                1_000_500,
+                bucket(1_000),
+                [400, 0, 8_400, -1],
+            ),
+            // 3 parts a microsecond, 7,000 a token: full in whole microseconds, rounded up.
+            (
+                "tb",
+                &[&["HSET", "parts", "0", "time", "1000000"]],
+                1_000_001,
+                [7_000_000, 3, 7_000],
+                [2_333, 3, 2_333_333, -1],
+            ),
+            // A window of 5 per second.
+            ("fw", &[], 1_000_000, [5, 1_000_000, 0], [-1, 5, 0, -1]),
+            (
+                "fw",
+                &[&["HSET", "start", "1000000", "count", "5"]],
+                1_400_000,
+                [5, 1_000_000, 1],
+                [600_000, 0, 600_000, -1],
+            ),
+            // Ended: whole.
+            (
+                "fw",
+                &[&["HSET", "start", "1000000", "count", "5"]],
+                2_000_000,
+                [5, 1_000_000, 0],
+                [-1, 5, 0, -1],
+            ),
+            (
+                "fw",
+                &[&["HSET", "start", "1000000", "count", "2"]],
+                1_250_000,
+                [5, 1_000_000, 1],
+                [-1, 3, 750_000, 750_000],
+            ),
+            // A log of 3 per second.
+            (
+                "sl",
+                &[],
+                1_000_000,
+                [3, 1_000_000, 1],
+                [-1, 3, 0, 1_000_000],
+            ),
+            (
+                "sl",
+                &logged,
+                1_500_000,
+                [3, 1_000_000, 1],
+                // Back when the oldest stops counting; whole when the newest does.
+                [500_000, 0, 800_000, -1],
+            ),
+            (
+                "sl",
+                &logged,
+                2_250_000,
+                [3, 1_000_000, 1],
+                [-1, 2, 50_000, 1_000_000],
+            ),
+            ("sl", &logged, 2_400_000, [3, 1_000_000, 0], [-1, 3, 0, -1]),
+            // A permit logged later than now (a clock stepped back) counts until its end.
+            (
+                "sl",
+                &[&["ZADD", "2000000", "2000000:0"]],
+                1_500_000,
+                [3, 1_000_000, 1],
+                [-1, 2, 1_500_000, 1_500_000],
+            ),
+        ];
+        for (tag, setup, now, arguments, expected) in cases {
+            assert_eq!(
+                decide_at(connection, tag, setup, now, arguments).await,
+                expected,
+                "{tag} at {now} on {setup:?} with {arguments:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_is_read_for_the_keys_it_was_sent_for() {
+        let reply = Reply::parse(&[0, 7, 1_500, 0, -2, 900, 3], 2).unwrap();
+        assert_eq!(
+            reply,
+            Reply {
+                granted: false,
+                keys: vec![
+                    KeyState {
+                        left: 7,
+                        whole_after: Duration::from_micros(1_500),
+                        wait: Duration::ZERO,
+                    },
+                    // A window counting past this limiter's limit has nothing left.
+                    KeyState {
+                        left: 0,
+                        whole_after: Duration::from_micros(900),
+                        wait: Duration::from_millis(3),
+                    },
+                ],
+            }
+        );
+        assert_eq!(reply.retry_after(), Some(Duration::from_millis(3)));
+        let granted = Reply::parse(&[1, 7, 1_500, 0], 1).unwrap();
+        assert_eq!(granted.retry_after(), None);
+
+        // A reply of another shape (another script's, or another version's) is an error
+        // naming it, never a decision.
+        for values in [&[][..], &[1, 7, 1_500], &[2, 7, 1_500, 0], &[0, 7, -1, 5]] {
+            let error = Reply::parse(values, 1).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::UnexpectedReturnType);
+            assert!(
+                error.to_string().contains(&format!("{values:?}")),
+                "{error}"
+            );
+        }
     }
 }

@@ -1,12 +1,15 @@
 //! [`RedisTokenBucket`]: a token bucket per key, its tokens counted exactly in parts of
 //! a token that accrue a whole number per microsecond of the Redis server's clock.
 
+use std::time::Duration;
+
 use ::redis::aio::ConnectionManager;
 
 use super::algorithm::sealed::Algorithm;
 use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
+use crate::quota::Policy;
 use crate::rate::Rate;
 
 /// Lua's numbers are doubles: integers are exact below this.
@@ -128,6 +131,24 @@ impl Algorithm for TokenBucketScript {
             permits * self.parts_per_token,
         ]
     }
+
+    fn whole_permits(&self, units: u64) -> u64 {
+        units / self.parts_per_token
+    }
+
+    fn policy(&self) -> Policy {
+        // The rate fills an empty bucket in capacity × period / amount, rounded up to the
+        // nanosecond: below 2^53 µs (the capacity is bounded so), so in a Duration.
+        let fill_nanos = (u128::from(self.capacity) * self.rate.period_nanos())
+            .div_ceil(u128::from(self.rate.amount()));
+        let seconds = fill_nanos / 1_000_000_000;
+        let nanos = fill_nanos % 1_000_000_000;
+        Policy {
+            limit: self.capacity,
+            // Fits: seconds below 2^34, nanos below a billion.
+            window: Duration::new(seconds as u64, nanos as u32),
+        }
+    }
 }
 
 impl<C: RedisConnection> RedisLimiter<TokenBucketScript, C> {
@@ -222,7 +243,6 @@ impl<C: RedisConnection> RedisLimiter<TokenBucketScript, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn parts_accrue_a_whole_number_per_microsecond() {
@@ -245,6 +265,44 @@ mod tests {
         }
         let script = TokenBucketScript::new(Rate::per_second(100), 20).unwrap();
         assert_eq!(script.arguments(3), [200_000, 1, 30_000]);
+    }
+
+    #[test]
+    fn its_policy_is_the_capacity_per_the_time_the_rate_fills_it() {
+        let cases = [
+            (Rate::per_second(1), 60, Duration::from_secs(60)),
+            (Rate::per_second(100), 10, Duration::from_millis(100)),
+            // 10 × 7 ms / 3: 23,333,333.3 ns, rounded up.
+            (
+                Rate::new(3, Duration::from_millis(7)),
+                10,
+                Duration::from_nanos(23_333_334),
+            ),
+            (
+                Rate::new(5, Duration::from_nanos(250)),
+                4,
+                Duration::from_nanos(200),
+            ),
+        ];
+        for (rate, capacity, window) in cases {
+            let script = TokenBucketScript::new(rate, capacity).unwrap();
+            assert_eq!(
+                script.policy(),
+                Policy {
+                    limit: capacity,
+                    window
+                },
+                "{rate}"
+            );
+        }
+        // The largest bucket at one token an hour fills in about 285 years.
+        let largest = ((1u64 << 53) - 2) / 3_600_000_000;
+        let script = TokenBucketScript::new(Rate::per_hour(1), largest).unwrap();
+        assert_eq!(
+            script.policy().window,
+            Duration::from_secs(3_600) * largest as u32
+        );
+        assert_eq!(script.whole_permits(7_199_999_999), 1);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::algorithm::sealed::Algorithm;
 use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
+use crate::quota::Policy;
 
 /// The longest window: 2^50 µs, about 35 years. Server time in microseconds plus a
 /// window then stays below 2^53, where Lua's doubles stop counting exactly, until the
@@ -81,6 +82,18 @@ impl<K: WindowKind> Algorithm for K {
     fn arguments(&self, permits: u64) -> [u64; 3] {
         let settings = self.settings();
         [settings.limit, settings.window_micros, permits]
+    }
+
+    fn whole_permits(&self, units: u64) -> u64 {
+        units
+    }
+
+    fn policy(&self) -> Policy {
+        let settings = self.settings();
+        Policy {
+            limit: settings.limit,
+            window: settings.window,
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 //!   task; and the order every path takes the limiters' locks in.
 //! - `ring.rs`: reading a circular buffer oldest first.
 //!
-//! It uses the crate's foundations (`clock`, `error`, `sync`) and implements
-//! [`Limiter`](crate::Limiter); it does not use the token bucket.
+//! It uses the crate's foundations (`clock`, `error`, `sync`) and the plain types of
+//! `quota`, and implements [`Limiter`](crate::Limiter); it does not use the token bucket.
 
 mod fixed_window;
 mod ring;

@@ -28,8 +28,11 @@ use crate::sync::AtomicUsize;
 /// Every path takes the limiters' locks in one global order, holding only locks earlier
 /// in it while it waits for one, so no two threads ever wait for each other:
 ///
-/// 1. buckets' locks, by identity (see `composite/member.rs`);
-/// 2. window limiters by identity, and within each its [`line`](Turnstile::line) before,
+/// 1. a [`Keyed`](crate::Keyed) shard's lock, for a key's word: a key decided on its word
+///    together with a global limiter asks the global limiter under it
+///    (`keyed/joint.rs`); nothing takes a shard's lock while it holds a limiter's;
+/// 2. buckets' locks, by identity (see `composite/member.rs`);
+/// 3. window limiters by identity, and within each its [`line`](Turnstile::line) before,
 ///    for a sliding limiter, its tally (`window/sliding.rs`).
 ///
 /// - A plain `try_acquire` takes one limiter's locks: a fixed window's line alone, behind

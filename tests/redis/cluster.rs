@@ -17,7 +17,7 @@ use token_bucket::redis::{
     all, RedisAlgorithm, RedisFixedWindow, RedisLimitError, RedisLimiter, RedisOptions,
     RedisSlidingLog, RedisTokenBucket,
 };
-use token_bucket::Rate;
+use token_bucket::{Quota, Rate};
 
 use super::leased::{front_holding_nine, takeable};
 use super::redis_server::{cli, RedisCluster};
@@ -186,6 +186,54 @@ async fn on_a_cluster_a_leased_front_gives_back_into_its_keys_slot_whatever_the_
         assert_eq!(front.stats().given_back, 9, "{key}");
         // 80 left, and the 9 back (less what the bucket gained meanwhile, under a token).
         assert_eq!(takeable(&limiter, key).await, 89, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn on_a_cluster_decisions_report_each_keys_quota_from_its_master() {
+    let cluster = shared_cluster();
+    // A prefix of its own: the shared cluster's other tests use the same keys.
+    let options = fail_closed().with_prefix("quota:");
+    let connection = connect(&cluster).await;
+    let bucket =
+        RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 3, options.clone()).unwrap();
+    let window = RedisFixedWindow::new(connection.clone(), 4, HOUR, options.clone()).unwrap();
+    let log = RedisSlidingLog::new(connection, 5, HOUR, options).unwrap();
+    assert_spread_over_every_master(&cluster, &KEYS, |key| bucket.redis_key(key));
+    let whole_after = |remaining, full_after| {
+        Some(Quota {
+            remaining,
+            full_after,
+        })
+    };
+    for key in KEYS {
+        // Untouched, then one taken: exact on each master's clock.
+        let read = bucket.try_acquire_decision(key, 0).await.unwrap();
+        assert_eq!(read.quota, whole_after(3, Duration::ZERO), "{key}");
+        let taken = bucket.try_acquire_decision(key, 1).await.unwrap();
+        assert_eq!(taken.quota, whole_after(2, HOUR), "{key}");
+        let taken = window.try_acquire_decision(key, 1).await.unwrap();
+        assert_eq!(taken.quota, whole_after(3, HOUR), "{key}");
+        let taken = log.try_acquire_decision(key, 1).await.unwrap();
+        assert_eq!(taken.quota, whole_after(4, HOUR), "{key}");
+    }
+    // Several keys of one hash tag, decided and reported together on its master.
+    for tag in ["{user-1}", "{user-2}", "{user-3}"] {
+        let limits = all([bucket.member(tag), window.member(&format!("{tag}:search"))]);
+        let decision = limits.try_acquire_decision(3).await.unwrap();
+        assert_eq!(decision.result, Ok(()), "{tag}");
+        let quotas: Vec<_> = decision.members.iter().map(|member| member.quota).collect();
+        assert_eq!(
+            quotas,
+            [whole_after(0, HOUR * 3), whole_after(1, HOUR)],
+            "{tag}"
+        );
+        let refused = limits.try_acquire_decision(1).await.unwrap();
+        assert_eq!(refused.refused_by().collect::<Vec<_>>(), [0], "{tag}");
+        assert_eq!(
+            refused.members[1].quota.map(|quota| quota.remaining),
+            Some(1)
+        );
     }
 }
 

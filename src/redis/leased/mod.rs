@@ -63,6 +63,17 @@ use crate::error::ConfigError;
 /// process; [`try_take`](Self::try_take) never passes them. Across processes there is no
 /// order: each front takes its leases when it needs them.
 ///
+/// **No quota.** Unlike [`RedisLimiter::try_acquire_decision`](super::RedisLimiter::try_acquire_decision),
+/// a front reports no [`Quota`](crate::Quota) for the `RateLimit` header fields, because
+/// it knows none it could vouch for. It decides in process, from its leases, without
+/// reading the bucket: what it holds ([`LeaseStats::held`]) is neither what the key has
+/// left (Redis holds the rest, other fronts hold theirs) nor a bound on it, since the
+/// front may lease more; and the key is whole again only once every front's leases have
+/// come back and the bucket has refilled, which no front sees. A lease call's reply is
+/// stale by the next request, and reading Redis on each would cost the call per request
+/// that leasing is there to save. Its [`policy`](super::RedisLimiter::policy) is its
+/// limiter's; for exact quotas on a key, decide it with the limiter itself.
+///
 /// A cheap-to-clone handle: clones share the front. Leased and unleased limiters on one
 /// key share its bucket.
 ///

@@ -31,19 +31,26 @@ local function tb_expiry(now, capacity, gain, parts, time)
   return (time - now) + ceil_div(capacity - parts, gain)
 end
 
+-- Decides; see one_key.lua for what it returns. The bucket is whole when full: what it
+-- lacks comes back at the rate, after the parts counted at a later time are there.
 local function tb_decide(key, now, capacity, gain, asked)
   local parts, time = tb_level(key, now, capacity, gain)
+  local full = tb_expiry(now, capacity, gain, parts, time)
   -- Parts counted at a later time (leases reserved ahead, or a server clock that stepped
   -- back) are not there before it.
-  if parts < asked or time > now then
+  if time > now then
     -- Refusing changes nothing: the refill is the same computed now or later.
-    return (time - now) + ceil_div(math.max(0, asked - parts), gain)
+    return (time - now) + ceil_div(math.max(0, asked - parts), gain), 0, full
   end
-  parts = parts - asked
-  return nil, parts, time, tb_expiry(now, capacity, gain, parts, time)
+  if parts < asked then
+    return ceil_div(asked - parts, gain), parts, full
+  end
+  local left = parts - asked
+  return nil, parts, full, left, time, tb_expiry(now, capacity, gain, left, time)
 end
 
+-- Writes the bucket; returns how long until it is full, which is when the key expires.
 local function tb_commit(key, now, parts, time, expire)
   store_pair(key, 'parts', parts, 'time', time, expire)
+  return expire
 end
-
