@@ -85,7 +85,7 @@ if [[ " $variants " == *" ours "* ]]; then
           count = $1; gsub(",", "", count)
           name = $0; sub(/^ *[0-9,]+ \([ 0-9.%]+\)  /, "", name); sub(/ \[[^]]*\]$/, "", name)
           sub(/^\?\?\?:/, "", name); sub(/^.*\.S:/, "", name)
-          if (name ~ /^0x|below main|PROGRAM TOTALS|^main$|lang_start|rust_begin_short_backtrace|^http::|criterion|c_with_alloca|IntoIter|__libc_start/) next
+          if (name ~ /^0x|below main|PROGRAM TOTALS|^main$|lang_start|rust_begin_short_backtrace|^http::(timed_request|bench|layers|main)|criterion|c_with_alloca|IntoIter|__libc_start/) next
           if (count / n < 20) next
           if (length(name) > 110) name = substr(name, 1, 107) "..."
           printf "  %6d  %s\n", count / n, name
