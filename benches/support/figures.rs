@@ -59,3 +59,20 @@ pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
         _ => "—".to_owned(),
     }
 }
+
+/// This run's nanoseconds per operation (one an iteration) for the benchmarks
+/// `row/column` of `group`, one for each of `columns`, as [`nanoseconds`] reads them.
+// Not every benchmark that includes this file prints its table this way.
+#[allow(dead_code)]
+pub fn row(
+    home: &std::path::Path,
+    group: &str,
+    row: &str,
+    columns: &[&str],
+    since: std::time::SystemTime,
+) -> Vec<Option<f64>> {
+    columns
+        .iter()
+        .map(|column| nanoseconds(home, group, &format!("{row}_{column}"), 1, since))
+        .collect()
+}
