@@ -308,7 +308,7 @@ async fn closing_refunds_a_reserved_token_and_closes_the_inner_sink() {
     sink.close().await.unwrap();
     assert_eq!(bucket.available(), 2);
     assert!(sink.get_ref().is_closed());
-    assert_eq!(receiver.collect::<Vec<u32>>().await, []);
+    assert_eq!(receiver.collect::<Vec<u32>>().await, Vec::<u32>::new());
 }
 
 #[tokio::test(start_paused = true)]
