@@ -10,9 +10,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use common::{assert_at, assert_now, bucket_with, empty_bucket, ms, secs, yield_until};
-use token_bucket::io::{LimitRead, LimitWrite, MAX_READ_PIECE};
+use token_bucket::io::{LimitRead, LimitWrite, Progress, MAX_READ_PIECE};
 use token_bucket::{Rate, TakeError, TokenBucket};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, assert_ready};
 
@@ -147,6 +148,7 @@ async fn one_mib_copied_into_a_limited_writer_takes_exactly_16_s() {
     let copied = tokio::io::copy(&mut &data[..], &mut writer).await.unwrap();
     assert_now(start, secs(16));
     assert_eq!(copied, MIB as u64);
+    assert_eq!(writer.bytes_written(), MIB as u64);
     assert!(writer.into_inner() == data);
     assert_eq!(bucket.stats().taken, MIB as u64);
 }
@@ -180,6 +182,7 @@ async fn one_mib_copied_from_a_limited_reader_takes_exactly_16_s() {
     let copied = tokio::io::copy(&mut reader, &mut received).await.unwrap();
     assert_now(start, secs(16));
     assert_eq!(copied, MIB as u64);
+    assert_eq!(reader.bytes_read(), MIB as u64);
     assert!(received == data);
     let stats = bucket.stats();
     assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
@@ -198,6 +201,7 @@ async fn one_mib_read_to_end_takes_exactly_16_s() {
     reader.read_to_end(&mut received).await.unwrap();
     assert_now(start, secs(16));
     assert!(received == data);
+    assert_eq!(reader.bytes_read(), MIB as u64);
     let stats = bucket.stats();
     assert_eq!((stats.taken, stats.refunded), (MIB as u64, 0));
     assert_eq!(stats.available, 0);
@@ -536,8 +540,13 @@ async fn a_short_write_refunds_the_rest() {
     let bucket = empty_bucket(Rate::per_second(1000), 100);
     let data = pattern(1000);
     let mut writer = bucket.limit_write(Stubborn::new(30));
-    writer.write_all(&data).await.unwrap();
+    // A `Pending` counts nothing; a short write counts what was written.
+    assert_eq!(writer.write(&data).await.unwrap(), 30);
+    assert_eq!(writer.get_ref().pendings, 1);
+    assert_eq!(writer.bytes_written(), 30);
+    writer.write_all(&data[30..]).await.unwrap();
     assert!(writer.get_ref().written == data);
+    assert_eq!(writer.bytes_written(), 1000);
     let stats = bucket.stats();
     assert_eq!(stats.taken - stats.refunded, 1000);
 }
@@ -875,6 +884,8 @@ async fn a_writer_claiming_more_than_it_was_given_is_an_error_not_a_panic() {
     // Passed up, the impossible count would make `write_all` panic slicing its buffer.
     let error = writer.write_all(&[1; 500]).await.unwrap_err();
     assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    // The caller was told of no byte written, so none is counted.
+    assert_eq!(writer.bytes_written(), 0);
     // Each write was charged for the piece it handed over, which may have been sent.
     let stats = bucket.stats();
     assert_eq!((stats.taken, stats.refunded), (510, 0));
@@ -895,15 +906,19 @@ async fn paid_bytes_that_do_not_fit_wait_for_the_next_read() {
         _ = tokio::time::sleep(secs(2)) => {}
     }
     assert_eq!(reader.buffered(), &data[..50]);
+    // Bytes held count only once the caller has them.
+    assert_eq!(reader.bytes_read(), 0);
     let mut small = [0; 20];
     assert_eq!(reader.read(&mut small).await.unwrap(), 20);
     assert_now(start, secs(5));
     assert_eq!(small, data[..20]);
     assert_eq!(reader.buffered(), &data[20..50]);
+    assert_eq!(reader.bytes_read(), 20);
     let mut buf = [0; 100];
     assert_eq!(reader.read(&mut buf).await.unwrap(), 30);
     assert_now(start, secs(5));
     assert_eq!(buf[..30], data[20..50]);
+    assert_eq!(reader.bytes_read(), 50);
     let stats = bucket.stats();
     assert_eq!((stats.taken, stats.refunded, stats.queued), (50, 0, 0));
 }
@@ -932,8 +947,11 @@ async fn bytes_paid_for_but_not_delivered_are_refunded() {
     assert_pending!(tokio_test::task::spawn(reader.read(&mut [0; 40])).poll());
     assert_eq!(reader.read(&mut [0; 10]).await.unwrap(), 10);
     assert_now(start, secs(5));
+    let progress = reader.progress();
     let (rest, unread) = reader.into_parts();
     assert_eq!((unread.as_slice(), rest), (&data[10..40], &data[40..]));
+    // The bytes handed over were never delivered, so they are not counted.
+    assert_eq!(progress.bytes(), 10);
     let stats = bucket.stats();
     assert_eq!((stats.available, stats.taken, stats.refunded), (30, 80, 60));
 
@@ -1037,4 +1055,106 @@ async fn streams_and_byte_io_pay_by_one_installment_rule_at_queue_limit_zero() {
             assert_eq!((stats.taken, stats.refunded), (taken, 0), "cost {cost}");
         }
     }
+}
+
+/// Watches an 80 KiB `tokio::io::copy` through a wrapper on a full 64 KiB/s bucket of
+/// capacity 64 KiB, from the `progress` handle alone. `start_copy` wraps, hands out the
+/// handle and spawns the copy, which checks its bytes and returns when it finished. The
+/// copy moves 8 KiB a call, each paid in one `take`: 64 KiB pass at once, 72 KiB at
+/// 125 ms, all 80 KiB at 250 ms. The handle shows each count from the instant it is
+/// reached, and nothing early.
+async fn watch_an_80_kib_copy(
+    start_copy: impl FnOnce(TokenBucket, Vec<u8>) -> (Progress, JoinHandle<Instant>),
+) {
+    const AT_ONCE: u64 = 64 * KIB as u64;
+    const PIECE: u64 = 8 * KIB as u64;
+    let bucket = bucket_with(Rate::per_second(AT_ONCE), AT_ONCE, AT_ONCE);
+    let start = Instant::now();
+    let (progress, copy) = start_copy(bucket, pattern(80 * KIB));
+    yield_until(|| progress.bytes() == AT_ONCE).await;
+    assert_now(start, ms(0));
+    for (instant, expected) in [
+        (ms(124), AT_ONCE),
+        (ms(126), AT_ONCE + PIECE),
+        (ms(249), AT_ONCE + PIECE),
+    ] {
+        tokio::time::sleep_until(start + instant).await;
+        assert_eq!(progress.bytes(), expected, "at {instant:?}");
+    }
+    let finished = copy.await.unwrap();
+    assert_at(start, finished, ms(250));
+    assert_eq!(progress.bytes(), AT_ONCE + 2 * PIECE);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_progress_handle_follows_a_copy_from_a_limited_reader_at_exact_instants() {
+    watch_an_80_kib_copy(|bucket, data| {
+        let mut reader = bucket.limit_read(io::Cursor::new(data.clone()));
+        let progress = reader.progress();
+        let copy = tokio::spawn(async move {
+            let mut received = Vec::new();
+            let copied = tokio::io::copy(&mut reader, &mut received).await.unwrap();
+            assert_eq!(copied, reader.bytes_read());
+            assert!(received == data);
+            Instant::now()
+        });
+        (progress, copy)
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_progress_handle_follows_a_copy_into_a_limited_writer_at_exact_instants() {
+    watch_an_80_kib_copy(|bucket, data| {
+        let mut writer = bucket.limit_write(Vec::new());
+        let progress = writer.progress();
+        let copy = tokio::spawn(async move {
+            let copied = tokio::io::copy(&mut &data[..], &mut writer).await.unwrap();
+            assert_eq!(copied, writer.bytes_written());
+            assert!(writer.get_ref() == &data);
+            Instant::now()
+        });
+        (progress, copy)
+    })
+    .await;
+}
+
+/// A write the inner writer fails counts nothing, and its tokens go back.
+#[tokio::test(start_paused = true)]
+async fn failed_writes_are_not_counted() {
+    let bucket = bucket_with(Rate::per_hour(1), 100, 100);
+    let (source, mut sink) = tokio::io::duplex(64);
+    let mut writer = bucket.limit_write(source);
+    let progress = writer.progress();
+    writer.write_all(&[1; 10]).await.unwrap();
+    assert_eq!(writer.bytes_written(), 10);
+    sink.read_exact(&mut [0; 10]).await.unwrap();
+    drop(sink);
+    let error = writer.write(&[2; 40]).await.unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
+    assert_eq!((writer.bytes_written(), progress.bytes()), (10, 10));
+    let stats = bucket.stats();
+    assert_eq!((stats.taken, stats.refunded), (50, 40));
+}
+
+/// Each wrapper counts only its throttled direction: bytes through the other pass
+/// uncounted, as they pass unthrottled.
+#[tokio::test(start_paused = true)]
+async fn the_other_direction_is_not_counted() {
+    let bucket = bucket_with(Rate::per_hour(1), 100, 100);
+    let (near, mut far) = tokio::io::duplex(64);
+    let mut reader = bucket.limit_read(near);
+    reader.write_all(b"out").await.unwrap();
+    far.write_all(b"in").await.unwrap();
+    let mut buf = [0; 3];
+    far.read_exact(&mut buf).await.unwrap();
+    reader.read_exact(&mut buf[..2]).await.unwrap();
+    assert_eq!(reader.bytes_read(), 2);
+
+    let (near, mut far) = tokio::io::duplex(64);
+    let mut writer = bucket.limit_write(near);
+    far.write_all(b"in").await.unwrap();
+    writer.read_exact(&mut buf[..2]).await.unwrap();
+    writer.write_all(b"out").await.unwrap();
+    assert_eq!(writer.bytes_written(), 3);
 }

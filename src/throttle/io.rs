@@ -80,6 +80,18 @@
 //! - Zero-length reads and writes, `flush` and `shutdown` cost nothing and go straight to
 //!   the inner stream.
 //!
+//! # Progress
+//!
+//! Each wrapper counts the bytes through it, exactly:
+//! [`LimitRead::bytes_read`] the bytes delivered into callers' buffers, and
+//! [`LimitWrite::bytes_written`] the bytes the inner writer accepted, as the wrapper's
+//! reads and writes returned them. Bytes a reader holds but has not delivered, whether
+//! paid for or not, are not counted until delivered (and never, if dropped or handed over
+//! by [`into_parts`](LimitRead::into_parts)); a write that fails or is pending counts
+//! nothing. So the count can lag the bucket's charge by the bytes a reader holds paid
+//! for, and never runs ahead of what the caller has seen. A copy owns its wrapper, so for
+//! a display in another task `progress()` gives a [`Progress`] handle on the same count.
+//!
 //! # Errors
 //!
 //! When a `take` fails, because the bucket was [closed](TokenBucket::close), its
@@ -103,6 +115,8 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use pin_project::pin_project;
@@ -151,6 +165,7 @@ impl TokenBucket {
         LimitRead {
             inner: reader,
             held: Held::new(self.clone()),
+            progress: Progress::new(),
         }
     }
 
@@ -183,6 +198,7 @@ impl TokenBucket {
         LimitWrite {
             inner: writer,
             budget: Budget::new(self.clone()),
+            progress: Progress::new(),
         }
     }
 }
@@ -235,6 +251,7 @@ pub struct LimitRead<R> {
     #[pin]
     inner: R,
     held: Held,
+    progress: Progress,
 }
 
 /// An [`AsyncWrite`] that pays one token of a [`TokenBucket`] per byte written, from
@@ -280,6 +297,7 @@ pub struct LimitWrite<W> {
     #[pin]
     inner: W,
     budget: Budget,
+    progress: Progress,
 }
 
 /// Implements the accessors shared by both wrappers.
@@ -327,6 +345,23 @@ macro_rules! accessors {
             pub fn get_pin_mut(self: Pin<&mut Self>) -> Pin<&mut $inner> {
                 self.project().inner
             }
+
+            /// A handle on this wrapper's byte count, for another task to read while this
+            /// one moves the bytes. Every handle shows the same count, made at construction,
+            /// and it stays readable after the wrapper is gone.
+            ///
+            /// ```
+            /// # use token_bucket::{Rate, TokenBucket};
+            /// # let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+            #[doc = $setup]
+            /// let progress = wrapper.progress();
+            /// drop(wrapper);
+            /// assert_eq!(progress.bytes(), 0);
+            /// # Ok::<(), token_bucket::ConfigError>(())
+            /// ```
+            pub fn progress(&self) -> Progress {
+                self.progress.clone()
+            }
         }
     };
 }
@@ -346,6 +381,42 @@ accessors!(
 );
 
 impl<R> LimitRead<R> {
+    /// The bytes this wrapper has delivered into callers' buffers so far: exactly what
+    /// its reads returned, summed. Bytes read ahead from the inner reader count only once
+    /// delivered, so those [`buffered`](LimitRead::buffered) do not count, nor those that
+    /// [`into_parts`](LimitRead::into_parts) hands over. Writes through a reader that is
+    /// also a writer are not throttled and not counted. [`progress`](LimitRead::progress)
+    /// gives the same count to another task.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{Rate, TokenBucket};
+    /// use tokio::io::AsyncReadExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(10)).capacity(10).initial(0).build()?;
+    /// let start = tokio::time::Instant::now();
+    /// let mut reader = bucket.limit_read(&b"0123456789abc"[..]);
+    /// // The read pulls a piece of 4 bytes, then waits for their tokens, and gives up:
+    /// // the bytes it holds are not counted.
+    /// let read = tokio::time::timeout(Duration::from_millis(100), reader.read(&mut [0; 4])).await;
+    /// assert!(read.is_err());
+    /// assert_eq!((reader.bytes_read(), reader.buffered()), (0, &b"0123"[..]));
+    /// // The next read delivers them once paid for, at 400 ms.
+    /// let mut buf = [0; 4];
+    /// reader.read_exact(&mut buf).await?;
+    /// assert_eq!((&buf, reader.bytes_read()), (b"0123", 4));
+    /// assert_eq!(start.elapsed(), Duration::from_millis(400));
+    /// tokio::io::copy(&mut reader, &mut tokio::io::sink()).await?;
+    /// assert_eq!(reader.bytes_read(), 13);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn bytes_read(&self) -> u64 {
+        self.progress.bytes()
+    }
+
     /// The bytes read from the inner reader but not yet delivered, paid for or not: the
     /// next reads deliver them (paying for those not yet paid for) before reading the inner
     /// reader again. Empty unless a read was cancelled, failed, or delivered only part of a
@@ -422,6 +493,33 @@ impl<R> LimitRead<R> {
 }
 
 impl<W> LimitWrite<W> {
+    /// The bytes the inner writer has accepted through this wrapper so far: exactly what
+    /// its writes returned `Ok` for, summed. A short write counts what was written, and a
+    /// write that failed or is pending counts nothing, whatever it paid (the tokens of
+    /// the bytes that did not move are refunded). Reads through a writer that is also a
+    /// reader are not throttled and not counted. [`progress`](LimitWrite::progress) gives
+    /// the same count to another task.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    /// use tokio::io::AsyncWriteExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(1000), 10)?;
+    /// let mut writer = bucket.limit_write(Vec::new());
+    /// // Pieces are never larger than the capacity.
+    /// assert_eq!(writer.write(b"hello, world").await?, 10);
+    /// assert_eq!(writer.bytes_written(), 10);
+    /// writer.write_all(b"ld").await?;
+    /// assert_eq!(writer.bytes_written(), 12);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn bytes_written(&self) -> u64 {
+        self.progress.bytes()
+    }
+
     /// Unwraps the writer. A `take` granted but not yet seen is undone, as
     /// [`TokenBucket::take`](crate::TokenBucket::take) says; one still queued leaves the
     /// queue.
@@ -455,7 +553,7 @@ impl<R: AsyncRead> AsyncRead for LimitRead<R> {
         loop {
             // 1. Deliver bytes already paid for.
             if held.paid > held.start {
-                held.deliver(buf);
+                this.progress.add(held.deliver(buf));
                 return Poll::Ready(Ok(()));
             }
             // 2. Pay for bytes already read, then deliver them.
@@ -517,7 +615,12 @@ impl<W: AsyncWrite> AsyncWrite for LimitWrite<W> {
         };
         this.budget.refund(tokens - to_u64(used));
         match result {
-            Poll::Ready(Ok(written)) if written > piece => Poll::Ready(Err(io::Error::new(
+            Poll::Ready(Ok(written)) if written <= piece => {
+                this.progress.add(written);
+                Poll::Ready(Ok(written))
+            }
+            // More than it was given: an error, so the caller is told of no bytes written.
+            Poll::Ready(Ok(written)) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "the inner writer claimed to write {written} bytes of a {piece}-byte buffer"
@@ -578,6 +681,81 @@ impl<W: AsyncWrite + AsyncRead> AsyncRead for LimitWrite<W> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         self.project().inner.poll_read(cx, buf)
+    }
+}
+
+/// A shareable count of the bytes through one [`LimitRead`] or [`LimitWrite`], from their
+/// `progress` method: for a progress display in another task while the copy, which owns
+/// the wrapper, runs. Clones share the count.
+///
+/// It counts exactly what [`LimitRead::bytes_read`] or [`LimitWrite::bytes_written`]
+/// does: bytes delivered to the caller, or accepted by the inner writer. The wrapper adds
+/// to it once per read or write that moved bytes (a relaxed atomic add, with no lock and
+/// no wake-up), so a reader sees each call's bytes at once, and the count never goes back.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{Rate, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // 64 KiB a second, starting full: `tokio::io::copy` reads 8 KiB at a time.
+/// let bucket = TokenBucket::new(Rate::per_second(64 * 1024), 64 * 1024)?;
+/// let data = vec![7u8; 80 * 1024];
+/// let mut reader = bucket.limit_read(std::io::Cursor::new(data));
+/// let progress = reader.progress();
+/// let copy = tokio::spawn(async move {
+///     tokio::io::copy(&mut reader, &mut tokio::io::sink()).await
+/// });
+/// // The first 64 KiB pass at once; the next 8 KiB after 125 ms.
+/// tokio::time::sleep(Duration::from_millis(100)).await;
+/// assert_eq!(progress.bytes(), 64 * 1024);
+/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// assert_eq!(progress.bytes(), 72 * 1024);
+/// assert_eq!(copy.await??, 80 * 1024);
+/// assert_eq!(progress.bytes(), 80 * 1024);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Progress {
+    bytes: Arc<AtomicU64>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            bytes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The bytes counted so far.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    /// use tokio::io::AsyncWriteExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bucket = TokenBucket::new(Rate::per_second(1000), 100)?;
+    /// let mut writer = bucket.limit_write(Vec::new());
+    /// let progress = writer.progress();
+    /// writer.write_all(b"hello").await?;
+    /// assert_eq!(progress.bytes(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn bytes(&self) -> u64 {
+        // Relaxed: the count orders nothing else; it only has to be exact, which an
+        // atomic add is.
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Adds the bytes one completed read or write moved.
+    fn add(&self, bytes: usize) {
+        if bytes > 0 {
+            self.bytes.fetch_add(to_u64(bytes), Ordering::Relaxed);
+        }
     }
 }
 
@@ -691,8 +869,8 @@ impl Held {
         &self.bytes[self.start..self.end]
     }
 
-    /// Copies as many paid bytes as fit into `buf`.
-    fn deliver(&mut self, buf: &mut ReadBuf<'_>) {
+    /// Copies as many paid bytes as fit into `buf`, and returns how many.
+    fn deliver(&mut self, buf: &mut ReadBuf<'_>) -> usize {
         let count = (self.paid - self.start).min(buf.remaining());
         buf.put_slice(&self.bytes[self.start..self.start + count]);
         self.start += count;
@@ -701,6 +879,7 @@ impl Held {
             self.paid = 0;
             self.end = 0;
         }
+        count
     }
 
     /// The bytes held will not be delivered: give up the `take` in flight (before the
