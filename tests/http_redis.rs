@@ -167,32 +167,10 @@ async fn a_redis_that_is_down_is_answered_as_the_failure_policy_says() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_a_leased_global_limit() {
     let redis = RedisServer::start();
+    let hour = Duration::from_secs(3600);
     let mut servers = Vec::new();
     for _ in 0..2 {
-        let connection = connection(&redis).await;
-        let options = RedisOptions::new(FailurePolicy::FailClosed).with_prefix("leased:");
-        let per_client = RedisFixedWindow::new(
-            connection.clone(),
-            3,
-            Duration::from_secs(3600),
-            options.clone(),
-        )
-        .unwrap();
-        let everyone = RedisTokenBucket::new(
-            connection,
-            Rate::per_hour(4),
-            4,
-            options.with_prefix("leased:global:"),
-        )
-        .unwrap();
-        // One token a lease, so that no front holds a token the other could use.
-        let leases = LeaseOptions::new().with_max_lease(1);
-        let layer = RateLimitLayer::redis_builder(ClientIp::peer(), per_client)
-            .global_leased(&everyone, "all", leases)
-            .unwrap()
-            .build()
-            .unwrap();
-        servers.push(serve(hello().layer(layer)).await);
+        servers.push(leased_server(&redis, "leased:", 3, hour, 4, None).await);
     }
     let (first, second) = (servers[0], servers[1]);
     let mut codes = Vec::new();
@@ -220,22 +198,25 @@ async fn two_servers_share_a_leased_global_limit() {
     );
 }
 
+/// A server of a fleet whose global limit is a leased front of `global` a hour, one token
+/// a lease (so that no front holds a token another could use); each client `per_client`
+/// in each `window`.
 async fn leased_server(
     redis: &RedisServer,
     prefix: &str,
     per_client: u64,
     window: Duration,
+    global: u64,
     wait: Option<Duration>,
 ) -> SocketAddr {
-    let client = driver::Client::open(redis.url()).unwrap();
-    let connection = driver::aio::ConnectionManager::new(client).await.unwrap();
+    let connection = connection(redis).await;
     let options = RedisOptions::new(FailurePolicy::FailClosed).with_prefix(prefix);
     let per_client =
         RedisFixedWindow::new(connection.clone(), per_client, window, options.clone()).unwrap();
     let everyone = RedisTokenBucket::new(
         connection,
-        Rate::per_hour(10),
-        10,
+        Rate::per_hour(global),
+        global,
         options.with_prefix(format!("{prefix}global:")),
     )
     .unwrap();
@@ -258,7 +239,7 @@ async fn get(from: u8, address: SocketAddr) -> StatusCode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_of_one_client_do_not_drain_the_global_limit() {
     let redis = RedisServer::start();
-    let server = leased_server(&redis, "drain:", 1, Duration::from_secs(3600), None).await;
+    let server = leased_server(&redis, "drain:", 1, Duration::from_secs(3600), 10, None).await;
     // Client 1: one admitted, then nine refused by its own key.
     let mut codes = Vec::new();
     for _ in 0..10 {
@@ -286,6 +267,7 @@ async fn a_waiting_request_is_counted_once_by_the_global_limit() {
         "wait:",
         1,
         Duration::from_secs(1),
+        10,
         Some(Duration::from_secs(3)),
     )
     .await;
