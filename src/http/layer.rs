@@ -113,12 +113,7 @@ pub(crate) struct Shared<X: KeyExtractor, B, H> {
     pub(crate) key: X,
     pub(crate) limits: B,
     pub(crate) fields: Fields,
-    pub(crate) mode: Mode,
-    pub(crate) missing: MissingKey<X::Key>,
-    pub(crate) allow_keys: HashSet<X::Key>,
-    pub(crate) allow_cidrs: Vec<Cidr>,
-    pub(crate) cost: Option<CostFn>,
-    pub(crate) settle: Option<Settle>,
+    pub(crate) handling: Handling<X::Key>,
     pub(crate) respond: H,
     /// Requests a shadow layer let through that it would have refused.
     pub(crate) shadow_refusals: AtomicU64,
@@ -166,7 +161,7 @@ impl<X: KeyExtractor, B, H> Clone for RateLimitLayer<X, B, H> {
 impl<X: KeyExtractor, B, H> fmt::Debug for RateLimitLayer<X, B, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("mode", &self.shared.mode)
+            .field("mode", &self.shared.handling.mode)
             .finish_non_exhaustive()
     }
 }
@@ -252,13 +247,18 @@ pub struct InProcess<L, G> {
 pub(crate) struct Settings<K, H> {
     names: [String; 2],
     legacy: bool,
-    mode: Mode,
-    missing: MissingKey<K>,
-    allow_keys: HashSet<K>,
-    allow_cidrs: Vec<Cidr>,
-    cost: Option<CostFn>,
-    settle: Option<Settle>,
+    handling: Handling<K>,
     respond: H,
+}
+
+/// How each request is handled around its decision; kept as it is by the layer.
+pub(crate) struct Handling<K> {
+    pub(crate) mode: Mode,
+    pub(crate) missing: MissingKey<K>,
+    pub(crate) allow_keys: HashSet<K>,
+    pub(crate) allow_cidrs: Vec<Cidr>,
+    pub(crate) cost: Option<CostFn>,
+    pub(crate) settle: Option<Settle>,
 }
 
 impl<K> Settings<K, DefaultRefusal> {
@@ -267,12 +267,14 @@ impl<K> Settings<K, DefaultRefusal> {
         Settings {
             names: DEFAULT_NAMES.map(String::from),
             legacy: false,
-            mode: Mode::Refuse,
-            missing: MissingKey::Refuse,
-            allow_keys: HashSet::new(),
-            allow_cidrs: Vec::new(),
-            cost: None,
-            settle: None,
+            handling: Handling {
+                mode: Mode::Refuse,
+                missing: MissingKey::Refuse,
+                allow_keys: HashSet::new(),
+                allow_cidrs: Vec::new(),
+                cost: None,
+                settle: None,
+            },
             respond: DefaultRefusal,
         }
     }
@@ -284,12 +286,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
         Settings {
             names: self.names,
             legacy: self.legacy,
-            mode: self.mode,
-            missing: self.missing,
-            allow_keys: self.allow_keys,
-            allow_cidrs: self.allow_cidrs,
-            cost: self.cost,
-            settle: self.settle,
+            handling: self.handling,
             respond,
         }
     }
@@ -317,12 +314,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
                 key,
                 fields: Fields::new(&named, self.legacy),
                 limits,
-                mode: self.mode,
-                missing: self.missing,
-                allow_keys: self.allow_keys,
-                allow_cidrs: self.allow_cidrs,
-                cost: self.cost,
-                settle: self.settle,
+                handling: self.handling,
                 respond: self.respond,
                 shadow_refusals: AtomicU64::new(0),
             }),
@@ -335,7 +327,7 @@ impl<X: KeyExtractor, P: fmt::Debug, H> fmt::Debug for RateLimitBuilder<X, P, H>
         f.debug_struct("RateLimitBuilder")
             .field("limits", &self.limits)
             .field("names", &self.settings.names)
-            .field("mode", &self.settings.mode)
+            .field("mode", &self.settings.handling.mode)
             .finish_non_exhaustive()
     }
 }
@@ -402,7 +394,7 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     /// global limit cannot admit it in time). Over Redis it asks again once Redis says
     /// it could pass: not first in, first out.
     pub fn wait_up_to(mut self, max_wait: Duration) -> RateLimitBuilder<X, P, H> {
-        self.settings.mode = Mode::Wait(max_wait);
+        self.settings.handling.mode = Mode::Wait(max_wait);
         self
     }
 
@@ -412,14 +404,14 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     /// [`shadow_refusals`](RateLimitLayer::shadow_refusals): for trying limits out on
     /// live traffic.
     pub fn shadow(mut self) -> RateLimitBuilder<X, P, H> {
-        self.settings.mode = Mode::Shadow;
+        self.settings.handling.mode = Mode::Shadow;
         self
     }
 
     /// What to do with a request whose key cannot be found: by default refuse it with
     /// the [`KeyError`](super::KeyError)'s status.
     pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> RateLimitBuilder<X, P, H> {
-        self.settings.missing = missing;
+        self.settings.handling.missing = missing;
         self
     }
 
@@ -428,7 +420,7 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
         mut self,
         keys: impl IntoIterator<Item = X::Key>,
     ) -> RateLimitBuilder<X, P, H> {
-        self.settings.allow_keys.extend(keys);
+        self.settings.handling.allow_keys.extend(keys);
         self
     }
 
@@ -439,7 +431,7 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
         mut self,
         cidrs: impl IntoIterator<Item = Cidr>,
     ) -> RateLimitBuilder<X, P, H> {
-        self.settings.allow_cidrs.extend(cidrs);
+        self.settings.handling.allow_cidrs.extend(cidrs);
         self
     }
 
@@ -451,7 +443,7 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
         mut self,
         cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static,
     ) -> RateLimitBuilder<X, P, H> {
-        self.settings.cost = Some(Arc::new(cost));
+        self.settings.handling.cost = Some(Arc::new(cost));
         self
     }
 
@@ -528,7 +520,7 @@ where
     /// budget by what the estimate missed; estimate high and let the settlement give
     /// back. A response without a readable cost is not settled.
     pub fn settle(mut self, settle: Settle) -> RateLimitBuilder<X, InProcess<L, G>, H> {
-        self.settings.settle = Some(settle);
+        self.settings.handling.settle = Some(settle);
         self
     }
 

@@ -93,15 +93,20 @@ where
         let shared = &*self.shared;
         let head = RequestHead::of(&request);
         let grpc = grpc_content_type(head.headers);
-        let allowed_network = !shared.allow_cidrs.is_empty()
-            && (shared.key.client_ip(&head))
-                .is_some_and(|ip| shared.allow_cidrs.iter().any(|cidr| cidr.contains(ip)));
+        let allowed_network = !shared.handling.allow_cidrs.is_empty()
+            && (shared.key.client_ip(&head)).is_some_and(|ip| {
+                shared
+                    .handling
+                    .allow_cidrs
+                    .iter()
+                    .any(|cidr| cidr.contains(ip))
+            });
         let key = match shared.key.extract(&head) {
             _ if allowed_network => return self.pass(request),
             Ok(key) => key,
-            Err(error) => match &shared.missing {
+            Err(error) => match &shared.handling.missing {
                 // A shadow refuses nothing: it counts what it would have refused.
-                MissingKey::Refuse if shared.mode == Mode::Shadow => {
+                MissingKey::Refuse if shared.handling.mode == Mode::Shadow => {
                     shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
                     return self.pass(request);
                 }
@@ -116,11 +121,11 @@ where
                 MissingKey::Key(key) => key.clone(),
             },
         };
-        if shared.allow_keys.contains(&key) {
+        if shared.handling.allow_keys.contains(&key) {
             return self.pass(request);
         }
-        let cost = shared.cost.as_ref().map_or(1, |cost| cost(&head));
-        let wait = match shared.mode {
+        let cost = shared.handling.cost.as_ref().map_or(1, |cost| cost(&head));
+        let wait = match shared.handling.mode {
             Mode::Wait(max_wait) => Some(max_wait),
             Mode::Refuse | Mode::Shadow => None,
         };
@@ -210,7 +215,7 @@ where
 {
     let admitted = match verdict.outcome {
         Ok(()) => true,
-        Err(_) if shared.mode == Mode::Shadow => {
+        Err(_) if shared.handling.mode == Mode::Shadow => {
             shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
             false
         }
@@ -224,7 +229,7 @@ where
         }
     };
     // Only a request that took its permits has anything to settle.
-    let settle = (admitted && shared.settle.is_some()).then(|| {
+    let settle = (admitted && shared.handling.settle.is_some()).then(|| {
         let now = Instant::now();
         Settlement {
             key,
@@ -350,7 +355,7 @@ fn settle<X: KeyExtractor, B: Decide<X::Key>, H, ResBody>(
     response: &Response<ResBody>,
     settlement: Settlement<X::Key>,
 ) {
-    let actual = match &shared.settle {
+    let actual = match &shared.handling.settle {
         Some(Settle::Extension) => (response.extensions().get::<ActualCost>()).map(|cost| cost.0),
         Some(Settle::Header(name)) => (response.headers().get(name))
             .and_then(|value| value.to_str().ok())
