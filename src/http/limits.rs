@@ -8,9 +8,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::response::RefusalKind;
 use tokio::time::{timeout_at, Instant};
 
+use super::response::RefusalKind;
 use crate::composite::Member;
 use crate::error::{AcquireError, TryAcquireError};
 use crate::keyed::{Joint, JointRefusal, Keyed};
