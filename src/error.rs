@@ -303,6 +303,24 @@ pub enum ConfigError {
         /// The position of the next one.
         second: usize,
     },
+    /// [`all_in_turn`](crate::all_in_turn) was given, as its first member, a limiter
+    /// that already follows in other composites: a later member of an `all_in_turn`
+    /// composite, or a member of an [`all`](crate::all) composite. A limiter keeps the
+    /// part it is first given, because one that did both could close a circle of
+    /// composites each waiting for the next (see
+    /// [waiting member by member](crate#waiting-member-by-member)).
+    FollowerAsLeader {
+        /// The member's position, from 0: always 0.
+        member: usize,
+    },
+    /// A composite was given, as a later member of [`all_in_turn`](crate::all_in_turn)
+    /// or as any member of [`all`](crate::all), a limiter that already leads
+    /// `all_in_turn` composites (it was their first member). See
+    /// [`FollowerAsLeader`](ConfigError::FollowerAsLeader) for why.
+    LeaderAsFollower {
+        /// The member's position, from 0.
+        member: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -389,6 +407,19 @@ impl fmt::Display for ConfigError {
             ConfigError::RepeatedMember { first, second } => write!(
                 f,
                 "members {first} and {second} of a composite are the same limiter"
+            ),
+            ConfigError::FollowerAsLeader { member } => write!(
+                f,
+                "member {member} of an all_in_turn composite leads it, but the limiter already \
+                 follows in other composites (a later member of all_in_turn, or a member of \
+                 all); a limiter that did both could leave composites waiting for each other \
+                 forever"
+            ),
+            ConfigError::LeaderAsFollower { member } => write!(
+                f,
+                "member {member} of a composite follows in it, but the limiter already leads \
+                 all_in_turn composites (it was their first member); a limiter that did both \
+                 could leave composites waiting for each other forever"
             ),
         }
     }
@@ -645,11 +676,24 @@ pub enum AcquireAllError {
     },
     /// It had to wait, but it was polled outside a tokio runtime.
     NoRuntime,
+    /// The composite could not be made: what [`all`](crate::all) or
+    /// [`all_in_turn`](crate::all_in_turn) refused, or a key of a
+    /// [`Keyed`](crate::Keyed) member that plays the other part (see
+    /// [`ConfigError::FollowerAsLeader`]). Here so that one error type covers making a
+    /// composite and waiting on it: `?` turns a [`ConfigError`] into this.
+    Config(ConfigError),
+}
+
+impl From<ConfigError> for AcquireAllError {
+    fn from(error: ConfigError) -> AcquireAllError {
+        AcquireAllError::Config(error)
+    }
 }
 
 impl fmt::Display for AcquireAllError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            AcquireAllError::Config(error) => write!(f, "the composite could not be made: {error}"),
             AcquireAllError::Member { member, error } => {
                 write!(f, "member {member} of the composite: {error}")
             }
@@ -660,4 +704,11 @@ impl fmt::Display for AcquireAllError {
     }
 }
 
-impl Error for AcquireAllError {}
+impl Error for AcquireAllError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            AcquireAllError::Config(error) => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -144,7 +144,7 @@ mod loom_tests;
 pub use bucket::{
     Builder, Closed, LimitStats, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout,
 };
-pub use composite::{all, All, Member, Members};
+pub use composite::{all, all_in_turn, All, AllInTurn, Member, Members};
 pub use error::{
     AcquireAllError, AcquireError, ConfigError, TakeError, TryAcquireAllError, TryAcquireError,
     TryTakeError,

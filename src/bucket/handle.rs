@@ -1269,6 +1269,11 @@ impl TokenBucket {
         self.shared.identity.of(&self.shared)
     }
 
+    /// What orders this bucket among a composite's members, with its part in composites.
+    pub(crate) fn identity_ref(&self) -> &Identity {
+        &self.shared.identity
+    }
+
     /// How many limits the bucket has.
     pub(crate) fn limit_count(&self) -> usize {
         self.shared.limits

@@ -5,8 +5,8 @@ use std::future::Future;
 
 use crate::composite::few::Few;
 use crate::composite::held::{try_all, try_each};
-use crate::composite::member::{check_distinct, Members};
-use crate::composite::waiting::acquire_all;
+use crate::composite::member::{check_distinct, claim_roles, Members};
+use crate::composite::waiting::{acquire_all, Order};
 use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireError};
 
 /// A composite of independent limiters that admits a request only when every one of them
@@ -44,7 +44,7 @@ use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireE
 /// # }
 /// ```
 pub struct All<M> {
-    members: M,
+    pub(super) members: M,
 }
 
 /// A composite of `members`: a tuple of two or three [`Member`](crate::Member)s, or an
@@ -71,7 +71,9 @@ pub struct All<M> {
 /// # Ok::<(), ConfigError>(())
 /// ```
 pub fn all<M: Members>(members: M) -> Result<All<M>, ConfigError> {
-    check_distinct(&members.parts().0)?;
+    let parts = members.parts().0;
+    check_distinct(&parts)?;
+    claim_roles(&parts, None)?;
     Ok(All { members })
 }
 
@@ -167,7 +169,7 @@ impl<M: Members> All<M> {
     where
         M: Sync,
     {
-        acquire_all(self.members.parts().0, permits)
+        acquire_all(self.members.parts().0, permits, Order::AtOnce)
     }
 
     /// [`try_acquire`](All::try_acquire), refused with each refusing member's own answer,

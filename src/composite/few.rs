@@ -34,6 +34,24 @@ impl<T> Few<T> {
     }
 }
 
+impl<T> Default for Few<T> {
+    fn default() -> Few<T> {
+        Few::new()
+    }
+}
+
+impl<T> IntoIterator for Few<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<
+        std::iter::Flatten<std::array::IntoIter<Option<T>, INLINE>>,
+        std::vec::IntoIter<T>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.inline.into_iter().flatten().chain(self.heap)
+    }
+}
+
 impl<T> FromIterator<T> for Few<T> {
     fn from_iter<I: IntoIterator<Item = T>>(values: I) -> Few<T> {
         let mut few = Few::new();
@@ -61,5 +79,6 @@ mod tests {
             few.iter().copied().collect::<Vec<_>>(),
             [0, 2, 4, 6, 8, 10, 12]
         );
+        assert_eq!(few.into_iter().collect::<Vec<_>>(), [0, 2, 4, 6, 8, 10, 12]);
     }
 }

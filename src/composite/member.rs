@@ -14,6 +14,7 @@ use crate::bucket::TokenBucket;
 use crate::clock::{Clock, Moment};
 use crate::composite::few::Few;
 use crate::error::{ConfigError, TryAcquireError};
+use crate::sync::{Identity, Role};
 use crate::window::turnstile::Turnstile;
 
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
@@ -124,11 +125,31 @@ impl Part<'_> {
             Part::Window(window) => window.identity(),
         }
     }
+
+    /// Gives the limiter `role` for good (see [`Role`]), unless it plays the other part,
+    /// which is returned.
+    pub(crate) fn claim_role(&self, role: Role) -> Result<(), Role> {
+        self.identity_ref().claim(role)
+    }
+
+    /// The part the limiter plays, if it was given one.
+    pub(crate) fn role(&self) -> Option<Role> {
+        self.identity_ref().role()
+    }
+
+    fn identity_ref(&self) -> &Identity {
+        match self {
+            Part::Bucket(bucket) => bucket.identity_ref(),
+            Part::Window(window) => window.identity_ref(),
+        }
+    }
 }
 
 /// What a window limiter offers a composite.
 pub(crate) trait Window: Sync {
     fn identity(&self) -> usize;
+    /// What orders it among a composite's members, with its part in composites.
+    fn identity_ref(&self) -> &Identity;
     /// The most permits admitted at once.
     fn limit(&self) -> u64;
     fn turnstile(&self) -> &Turnstile;
@@ -284,4 +305,40 @@ pub(crate) fn check_distinct(parts: &Few<Indexed<'_>>) -> Result<(), ConfigError
         Some(_) => Ok(()),
         None => Err(ConfigError::NoMembers),
     }
+}
+
+/// Gives each member of `parts` its part in composites for good: the member at position
+/// `leader` leads, every other follows (see [`Role`]). Refused, naming the first member
+/// (by position) that already plays the other part, and then no member is given a part.
+pub(crate) fn claim_roles(
+    parts: &Few<Indexed<'_>>,
+    leader: Option<usize>,
+) -> Result<(), ConfigError> {
+    let role = |indexed: &Indexed<'_>| match Some(indexed.member) == leader {
+        true => Role::Leads,
+        false => Role::Follows,
+    };
+    // Looked at first, so that a refused composite gives no member a part; claimed then,
+    // refused still if another thread gave a member the other part in between.
+    let mut refused: Option<Indexed<'_>> = None;
+    for claiming in [false, true] {
+        for indexed in parts.iter() {
+            let held = match claiming {
+                false => indexed.part.role(),
+                true => indexed.part.claim_role(role(indexed)).err(),
+            };
+            let conflict = held.is_some_and(|held| held != role(indexed));
+            if conflict && refused.map_or(true, |first| indexed.member < first.member) {
+                refused = Some(*indexed);
+            }
+        }
+        if let Some(indexed) = refused {
+            let member = indexed.member;
+            return Err(match role(&indexed) {
+                Role::Leads => ConfigError::FollowerAsLeader { member },
+                Role::Follows => ConfigError::LeaderAsFollower { member },
+            });
+        }
+    }
+    Ok(())
 }

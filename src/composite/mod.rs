@@ -1,12 +1,15 @@
 //! Composites: one decision over several independent limiters ([`all`]).
 //!
 //! - `all.rs`: [`all`] and [`All`], the public face.
+//! - `in_turn.rs`: [`all_in_turn`] and [`AllInTurn`], the composite that waits member by
+//!   member.
 //! - `member.rs`: [`Member`] and [`Members`], what a composite can be made of, and the
 //!   global order the members' locks are taken in.
 //! - `held.rs`: every member's lock held at once, one reading of the clock, and
 //!   `try_acquire`'s decision under them.
-//! - `waiting.rs`: `acquire`'s places in every member's line, joined at once, and the
-//!   decision it makes once at the head of each; giving them back when dropped.
+//! - `waiting.rs`: `acquire`'s places in every member's line, joined at once (or the
+//!   first member's line first), and the decision it makes once at the head of each;
+//!   giving them back when dropped.
 //! - `few.rs`: the members in lock order, inline for tuples.
 //!
 //! It uses the bucket (a hold in its queue, see `bucket/state.rs`) and the window
@@ -16,10 +19,12 @@
 mod all;
 mod few;
 mod held;
+mod in_turn;
 mod member;
 mod waiting;
 
 pub use all::{all, All};
+pub use in_turn::{all_in_turn, AllInTurn};
 pub(crate) use member::{Hook, Part, Sealed, Window, WindowHeld};
 pub use member::{Member, Members};
 

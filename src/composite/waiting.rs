@@ -28,10 +28,21 @@ use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquire
 use crate::limiter::acquire_error;
 use crate::window::turnstile::Queued;
 
-/// The composite's `acquire`, over `parts` in lock order.
+/// How a composite waits for its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// In every member's line at once ([`all`](crate::all)).
+    AtOnce,
+    /// In its first member's line until that member would admit it, then in the others'
+    /// at once ([`all_in_turn`](crate::all_in_turn)).
+    InTurn,
+}
+
+/// A composite's `acquire`, over `parts` in lock order, waiting in their lines in `order`.
 pub(crate) async fn acquire_all(
     parts: Few<Indexed<'_>>,
     permits: u64,
+    order: Order,
 ) -> Result<(), AcquireAllError> {
     match try_all(&parts, permits, false) {
         Ok(()) => return Ok(()),
@@ -49,9 +60,29 @@ pub(crate) async fn acquire_all(
     }
     // It must wait: without a timer nothing could wake it, so say so on this first poll.
     clock::require_timer();
-    let mut places = poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?;
     let mut sleep = None;
-    poll_fn(|context| places.poll_decide(&parts, context, &mut sleep)).await
+    let mut places = match order {
+        Order::AtOnce => poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?,
+        Order::InTurn => {
+            let leader: Few<Indexed<'_>> = parts
+                .iter()
+                .copied()
+                .filter(|indexed| indexed.member == 0)
+                .collect();
+            let followers: Few<Indexed<'_>> = parts
+                .iter()
+                .copied()
+                .filter(|indexed| indexed.member != 0)
+                .collect();
+            let mut led = poll_fn(|context| Poll::Ready(join(&leader, permits, context))).await?;
+            // Its place in the first line is kept while it joins the others: nobody who
+            // came later to that line passes it.
+            poll_fn(|context| led.poll_decide(&leader, context, &mut sleep, Then::Keep)).await?;
+            let rest = poll_fn(|context| Poll::Ready(join(&followers, permits, context))).await?;
+            led.merge(rest, &parts)
+        }
+    };
+    poll_fn(|context| places.poll_decide(&parts, context, &mut sleep, Then::Commit)).await
 }
 
 /// A member's refusal of a `try_acquire`, as its `acquire` says it.
@@ -169,14 +200,43 @@ fn join<'a>(
     Ok(places)
 }
 
-impl Places<'_> {
-    /// Decides, once at the head of every line: every member counts the request at one
-    /// instant, or none does and it sleeps until the latest instant a member named.
+/// What [`Places::poll_decide`] does once every member it waits on would admit it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Counts it in every member: the composite is admitted.
+    Commit,
+    /// Keeps its places, counting nothing: it has more lines to join.
+    Keep,
+}
+
+impl<'a> Places<'a> {
+    /// These places and `rest`'s, in the lock order of `parts`, which holds the members
+    /// of both.
+    fn merge(mut self, mut rest: Places<'a>, parts: &Few<Indexed<'_>>) -> Places<'a> {
+        let mut own = std::mem::take(&mut self.places).into_iter();
+        let mut others = std::mem::take(&mut rest.places).into_iter();
+        let places = parts
+            .iter()
+            .filter_map(|indexed| match indexed.member {
+                0 => own.next(),
+                _ => others.next(),
+            })
+            .collect();
+        Places {
+            places,
+            permits: self.permits,
+        }
+    }
+
+    /// Decides, once at the head of every line: every member would admit it at one
+    /// instant, and then it does `then`, or it sleeps until the latest instant a member
+    /// named.
     fn poll_decide(
         &mut self,
         parts: &Few<Indexed<'_>>,
         context: &mut Context<'_>,
         sleep: &mut Option<Pin<Box<Sleep>>>,
+        then: Then,
     ) -> Poll<Result<(), AcquireAllError>> {
         loop {
             // At the head of every window limiter's line? Each wakes the task when it is.
@@ -229,6 +289,9 @@ impl Places<'_> {
                     }
                     _ => unreachable!("places and locks are in the same order"),
                 }
+            }
+            if ready && then == Then::Keep {
+                return Poll::Ready(Ok(()));
             }
             if ready {
                 for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {

@@ -22,19 +22,53 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 /// state's address, which is unique among limiters alive at once and costs no field.
 /// Under loom, addresses change from one explored run to the next, and loom needs every
 /// run to take the same steps: there it is a number given in order of creation.
+///
+/// Beside it, the part the limiter plays in composites (see [`Role`]), claimed for good
+/// by the first composite made over it.
 #[derive(Debug, Default)]
-pub(crate) struct Identity(#[cfg(loom)] usize);
+pub(crate) struct Identity {
+    #[cfg(loom)]
+    number: usize,
+    /// 0 until a composite claims a [`Role`]. The standard library's atomic even under
+    /// loom: it is claimed as a composite is made, not in the interleavings loom explores.
+    role: std::sync::atomic::AtomicU8,
+}
+
+/// The part a limiter plays in the composites that wait on it. One that leads
+/// [`all_in_turn`](crate::all_in_turn) composites (it is their first member) holds its
+/// line for a composite that then waits in others' lines; one that follows (a later member
+/// of such a composite, or any member of [`all`](crate::all)) is waited on by composites
+/// holding a leader's line. A limiter playing both parts could close a circle of
+/// composites each waiting for the next, so it keeps the first it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Leads = 1,
+    Follows = 2,
+}
+
+impl Role {
+    fn of(word: u8) -> Option<Role> {
+        match word {
+            1 => Some(Role::Leads),
+            2 => Some(Role::Follows),
+            _ => None,
+        }
+    }
+}
 
 impl Identity {
     #[cfg(not(loom))]
     pub(crate) fn new() -> Identity {
-        Identity()
+        Identity::default()
     }
 
     #[cfg(loom)]
     pub(crate) fn new() -> Identity {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        Identity(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        Identity {
+            number: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            role: Default::default(),
+        }
     }
 
     /// The identity of the limiter whose shared state, holding `self`, is `shared`.
@@ -45,6 +79,31 @@ impl Identity {
 
     #[cfg(loom)]
     pub(crate) fn of<T>(&self, _shared: &std::sync::Arc<T>) -> usize {
-        self.0
+        self.number
+    }
+
+    /// The part the limiter plays in composites, if it was given one.
+    pub(crate) fn role(&self) -> Option<Role> {
+        Role::of(self.role.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Gives the limiter `role` for good, unless it already plays the other part, which
+    /// is returned.
+    pub(crate) fn claim(&self, role: Role) -> Result<(), Role> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let wanted = role as u8;
+        // Read first: a global bucket in every request's composite is claimed again on
+        // each, and a read keeps its cache line shared.
+        let held = match self.role.load(Relaxed) {
+            0 => match self.role.compare_exchange(0, wanted, Relaxed, Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(held) => held,
+            },
+            held => held,
+        };
+        match Role::of(held) {
+            Some(held) if held != role => Err(held),
+            _ => Ok(()),
+        }
     }
 }

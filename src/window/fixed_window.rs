@@ -1094,6 +1094,10 @@ impl Window for FixedWindow {
         self.shared.identity.of(&self.shared)
     }
 
+    fn identity_ref(&self) -> &Identity {
+        &self.shared.identity
+    }
+
     fn limit(&self) -> u64 {
         self.shared.limit
     }

@@ -404,6 +404,10 @@ impl<T: Tally> crate::composite::Window for Sliding<T> {
         self.shared.identity.of(&self.shared)
     }
 
+    fn identity_ref(&self) -> &Identity {
+        &self.shared.identity
+    }
+
     fn limit(&self) -> u64 {
         self.shared.settings.limit
     }
