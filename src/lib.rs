@@ -149,7 +149,7 @@ pub use error::{
     AcquireAllError, AcquireError, ConfigError, TakeError, TryAcquireAllError, TryAcquireError,
     TryTakeError,
 };
-pub use keyed::{Keyed, KeyedBuilder};
+pub use keyed::{KeyMember, Keyed, KeyedBuilder};
 pub use limiter::Limiter;
 pub use quota::{Decision, Policy, Quota};
 pub use rate::{ParseRateError, Rate};

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use crate::composite::few::Few;
 use crate::composite::held::{try_all, try_each};
-use crate::composite::member::{check_distinct, claim_roles, Members};
+use crate::composite::member::Members;
 use crate::composite::waiting::{acquire_all, Order};
 use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireError};
 
@@ -71,9 +71,7 @@ pub struct All<M> {
 /// # Ok::<(), ConfigError>(())
 /// ```
 pub fn all<M: Members>(members: M) -> Result<All<M>, ConfigError> {
-    let parts = members.parts().0;
-    check_distinct(&parts)?;
-    claim_roles(&parts, None)?;
+    members.parts().check(None)?;
     Ok(All { members })
 }
 
@@ -112,7 +110,7 @@ impl<M: Members> All<M> {
     /// # }
     /// ```
     pub fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireAllError> {
-        try_all(&self.members.parts().0, permits, true)
+        try_all(&self.members.parts(), permits, true)
     }
 
     /// Acquires `permits` from every member at one instant, waiting first in, first out
@@ -169,7 +167,7 @@ impl<M: Members> All<M> {
     where
         M: Sync,
     {
-        acquire_all(self.members.parts().0, permits, Order::AtOnce)
+        acquire_all(self.members.parts(), permits, Order::AtOnce)
     }
 
     /// [`try_acquire`](All::try_acquire), refused with each refusing member's own answer,
@@ -182,7 +180,7 @@ impl<M: Members> All<M> {
         &self,
         permits: u64,
     ) -> Result<(), Few<(usize, TryAcquireError)>> {
-        try_each(&self.members.parts().0, permits, true)
+        try_each(&self.members.parts(), permits, true)
     }
 
     /// The members, as given to [`all`].

@@ -25,7 +25,22 @@ impl<T> Few<T> {
         }
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+    /// Sorts the values by `key`, stably.
+    pub(crate) fn sort_by_key<K: Ord>(&mut self, key: impl Fn(&T) -> K) {
+        if self.heap.is_empty() {
+            // Empty slots last, where `push` looks for one.
+            self.inline.sort_by(|a, b| match (a, b) {
+                (Some(a), Some(b)) => key(a).cmp(&key(b)),
+                (a, b) => b.is_some().cmp(&a.is_some()),
+            });
+        } else {
+            let mut values: Vec<T> = std::mem::take(self).into_iter().collect();
+            values.sort_by_key(key);
+            *self = values.into_iter().collect();
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> + Clone {
         self.inline.iter().flatten().chain(self.heap.iter())
     }
 
@@ -80,5 +95,18 @@ mod tests {
             [0, 2, 4, 6, 8, 10, 12]
         );
         assert_eq!(few.into_iter().collect::<Vec<_>>(), [0, 2, 4, 6, 8, 10, 12]);
+    }
+
+    #[test]
+    fn sorts_inline_and_spilled_values_and_keeps_pushing_after() {
+        let mut few: Few<u32> = [3, 1].into_iter().collect();
+        few.sort_by_key(|value| *value);
+        few.push(2);
+        assert_eq!(few.iter().copied().collect::<Vec<_>>(), [1, 3, 2]);
+        few.sort_by_key(|value| *value);
+        assert_eq!(few.iter().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        let mut few: Few<u32> = [5, 4, 3, 2, 1].into_iter().collect();
+        few.sort_by_key(|value| *value);
+        assert_eq!(few.iter().copied().collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::bucket::HeldBucket;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
-use crate::composite::member::{Indexed, Part, WindowHeld};
+use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, WindowHeld};
 use crate::error::{TryAcquireAllError, TryAcquireError};
 use crate::limiter::try_acquire_error;
 
@@ -56,20 +56,54 @@ pub(crate) fn lock_all<'a>(parts: &Few<Indexed<'a>>) -> (Few<HeldMember<'a>>, Mo
 /// A refusal is counted as denied by each bucket that refused when `count_denials`.
 /// Zero permits are admitted by every open member at once, as each member admits them.
 pub(crate) fn try_all(
-    parts: &Few<Indexed<'_>>,
+    hooks: &Hooks<'_>,
     permits: u64,
     count_denials: bool,
 ) -> Result<(), TryAcquireAllError> {
-    try_each(parts, permits, count_denials).map_err(|refusals| summary(&refusals))
+    try_each(hooks, permits, count_denials).map_err(|refusals| summary(&refusals))
 }
 
 /// [`try_all`], refused with each refusing member's own answer, with its position among
-/// those given to `all`.
-pub(crate) fn try_each(
-    parts: &Few<Indexed<'_>>,
+/// those given to the composite.
+pub(crate) fn try_each(hooks: &Hooks<'_>, permits: u64, count_denials: bool) -> Refusals {
+    try_keys(hooks.keys.iter(), &hooks.parts, permits, count_denials)
+}
+
+/// The keys' words first, each under its shard's lock (the shards' locks come before any
+/// limiter's), then `parts`: each key asks the rest only once its word admits, and is
+/// written only if they all do.
+fn try_keys<'k, 'a: 'k>(
+    mut keys: impl Iterator<Item = &'k IndexedKey<'a>> + Clone,
+    parts: &Few<Indexed<'a>>,
     permits: u64,
     count_denials: bool,
-) -> Result<(), Few<(usize, TryAcquireError)>> {
+) -> Refusals {
+    let Some(indexed) = keys.next() else {
+        return try_parts(parts, permits, count_denials);
+    };
+    let mut rest = || try_keys(keys.clone(), parts, permits, count_denials);
+    let refused = |error| Err([(indexed.member, error)].into_iter().collect());
+    match indexed.key.try_with(permits, &mut rest) {
+        KeyTry::Refused(error) => refused(error),
+        KeyTry::Asked(refusals) => refusals,
+        // Held whole, the key is decided as a limiter, under its lock, in lock order.
+        KeyTry::Whole => match indexed.key.whole() {
+            Ok(part) => {
+                let mut parts: Few<Indexed<'a>> = parts.iter().copied().collect();
+                parts.push(Indexed {
+                    member: indexed.member,
+                    part,
+                });
+                parts.sort_by_key(Indexed::lock_order);
+                try_keys(keys, &parts, permits, count_denials)
+            }
+            Err(error) => refused(error),
+        },
+    }
+}
+
+/// [`try_each`] over limiters alone.
+fn try_parts(parts: &Few<Indexed<'_>>, permits: u64, count_denials: bool) -> Refusals {
     let (mut held, moment) = lock_all(parts);
     let mut refusals = Few::new();
     for member in held.iter_mut() {

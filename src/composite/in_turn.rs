@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::composite::all::All;
-use crate::composite::member::{check_distinct, claim_roles, Members};
+use crate::composite::member::Members;
 use crate::composite::waiting::{acquire_all, Order};
 use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError};
 
@@ -88,9 +88,7 @@ pub struct AllInTurn<M> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn all_in_turn<M: Members>(members: M) -> Result<AllInTurn<M>, ConfigError> {
-    let parts = members.parts().0;
-    check_distinct(&parts)?;
-    claim_roles(&parts, Some(0))?;
+    members.parts().check(Some(0))?;
     Ok(AllInTurn {
         all: All { members },
     })
@@ -182,7 +180,7 @@ impl<M: Members> AllInTurn<M> {
     where
         M: Sync,
     {
-        acquire_all(self.all.members().parts().0, permits, Order::InTurn)
+        acquire_all(self.all.members().parts(), permits, Order::InTurn)
     }
 
     /// The members, as given to [`all_in_turn`].

@@ -66,7 +66,31 @@ pub trait Sealed {
 /// A member as the composite sees it, opaque outside the crate.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
-pub struct Hook<'a>(pub(crate) Part<'a>);
+pub struct Hook<'a>(pub(crate) Piece<'a>);
+
+impl<'a> From<Part<'a>> for Hook<'a> {
+    fn from(part: Part<'a>) -> Hook<'a> {
+        Hook(Piece::Part(part))
+    }
+}
+
+/// A member: a limiter, or a key of a [`Keyed`](crate::Keyed) held as its word, which
+/// is decided on the word while nothing waits and made whole to wait.
+#[derive(Clone, Copy)]
+pub(crate) enum Piece<'a> {
+    Part(Part<'a>),
+    Key(&'a dyn KeyHook),
+}
+
+impl Piece<'_> {
+    /// What orders the member among a composite's members of its kind.
+    pub(crate) fn identity(&self) -> usize {
+        match self {
+            Piece::Part(part) => part.identity(),
+            Piece::Key(key) => key.identity(),
+        }
+    }
+}
 
 impl fmt::Debug for Hook<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -74,9 +98,58 @@ impl fmt::Debug for Hook<'_> {
     }
 }
 
-/// The members in lock order, opaque outside the crate.
+/// The members in lock order, opaque outside the crate: the limiters, and apart from
+/// them the keys of [`Keyed`](crate::Keyed)s, whose shards' locks come before any
+/// limiter's.
 #[doc(hidden)]
-pub struct Hooks<'a>(pub(crate) Few<Indexed<'a>>);
+pub struct Hooks<'a> {
+    pub(crate) parts: Few<Indexed<'a>>,
+    pub(crate) keys: Few<IndexedKey<'a>>,
+}
+
+impl<'a> Hooks<'a> {
+    /// `pieces`, given in this order, sorted into lock order.
+    fn of(pieces: impl IntoIterator<Item = Piece<'a>>) -> Hooks<'a> {
+        let mut hooks = Hooks {
+            parts: Few::new(),
+            keys: Few::new(),
+        };
+        for (member, piece) in pieces.into_iter().enumerate() {
+            match piece {
+                Piece::Part(part) => hooks.parts.push(Indexed { member, part }),
+                Piece::Key(key) => hooks.keys.push(IndexedKey { member, key }),
+            }
+        }
+        hooks.parts.sort_by_key(Indexed::lock_order);
+        hooks.keys.sort_by_key(|indexed| indexed.key.identity());
+        hooks
+    }
+
+    /// Checks the members as a composite is made: at least one, none twice, and each
+    /// given its part for good (see [`claim_roles`]).
+    pub(crate) fn check(&self, leader: Option<usize>) -> Result<(), ConfigError> {
+        check_distinct(self.seen())?;
+        claim_roles(&self.seen().collect(), leader)
+    }
+
+    /// The members' limiters, each key's made whole for waiting: what a composite waits
+    /// on. Refused for a new key when its `Keyed` holds as many keys as it may.
+    pub(crate) fn whole(&self) -> Result<Few<Indexed<'a>>, (usize, TryAcquireError)> {
+        let mut parts: Few<Indexed<'a>> = self.parts.iter().copied().collect();
+        for indexed in self.keys.iter() {
+            let part = indexed
+                .key
+                .whole()
+                .map_err(|error| (indexed.member, error))?;
+            parts.push(Indexed {
+                member: indexed.member,
+                part,
+            });
+        }
+        parts.sort_by_key(Indexed::lock_order);
+        Ok(parts)
+    }
+}
 
 impl fmt::Debug for Hooks<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -86,7 +159,7 @@ impl fmt::Debug for Hooks<'_> {
 
 impl Sealed for TokenBucket {
     fn part(&self) -> Hook<'_> {
-        Hook(Part::Bucket(self))
+        Part::Bucket(self).into()
     }
 }
 
@@ -116,7 +189,7 @@ pub(crate) enum Part<'a> {
     Window(&'a dyn Window),
 }
 
-impl Part<'_> {
+impl<'a> Part<'a> {
     /// What orders the members' locks: the same for every handle on one limiter, and
     /// distinct between limiters alive at once.
     pub(crate) fn identity(&self) -> usize {
@@ -126,18 +199,8 @@ impl Part<'_> {
         }
     }
 
-    /// Gives the limiter `role` for good (see [`Role`]), unless it plays the other part,
-    /// which is returned.
-    pub(crate) fn claim_role(&self, role: Role) -> Result<(), Role> {
-        self.identity_ref().claim(role)
-    }
-
-    /// The part the limiter plays, if it was given one.
-    pub(crate) fn role(&self) -> Option<Role> {
-        self.identity_ref().role()
-    }
-
-    fn identity_ref(&self) -> &Identity {
+    /// What orders the limiter, with the part it plays in composites (see [`Role`]).
+    fn identity_ref(self) -> &'a Identity {
         match self {
             Part::Bucket(bucket) => bucket.identity_ref(),
             Part::Window(window) => window.identity_ref(),
@@ -179,6 +242,43 @@ pub(crate) struct Indexed<'a> {
     pub(crate) part: Part<'a>,
 }
 
+/// What a key of a [`Keyed`](crate::Keyed) offers a composite (`keyed/member.rs`).
+pub(crate) trait KeyHook: Sync {
+    /// Its `Keyed`'s: orders the keys' shard locks, and tells two keys of one `Keyed`
+    /// apart from keys of two (one composite takes at most one shard lock of each).
+    fn identity(&self) -> usize;
+    /// Its `Keyed`'s identity, with the part the `Keyed`'s keys play in composites.
+    fn identity_ref(&self) -> &Identity;
+    /// Decides `permits` on the key's word, under its shard's lock: if the word admits
+    /// them, asks `rest` (the other members), and writes the word only if `rest` admits
+    /// them too.
+    fn try_with(&self, permits: u64, rest: &mut dyn FnMut() -> Refusals) -> KeyTry;
+    /// The key's whole limiter, made from its word if need be and kept from then on;
+    /// refused for a new key when the `Keyed` holds as many keys as it may.
+    fn whole(&self) -> Result<Part<'_>, TryAcquireError>;
+}
+
+/// What the members that refused a composite said, by position.
+pub(crate) type Refusals = Result<(), Few<(usize, TryAcquireError)>>;
+
+/// What [`KeyHook::try_with`] did.
+pub(crate) enum KeyTry {
+    /// The key's word refused; the other members were not asked.
+    Refused(TryAcquireError),
+    /// The word admitted it and the other members said this: counted everywhere, or
+    /// nowhere.
+    Asked(Refusals),
+    /// The key is held whole (someone waits on it, or holds it): decide on its limiter.
+    Whole,
+}
+
+/// A key member with its position among those given to the composite.
+#[derive(Clone, Copy)]
+pub(crate) struct IndexedKey<'a> {
+    pub(crate) member: usize,
+    pub(crate) key: &'a dyn KeyHook,
+}
+
 /// What [`all`](crate::all) takes: a tuple of two or three [`Member`]s (of any mix of
 /// kinds), or an array, slice or `Vec` of members of one type.
 ///
@@ -206,36 +306,16 @@ pub trait SealedMembers {
 
 impl Indexed<'_> {
     /// The global lock order: buckets first, then window limiters, each by identity
-    /// (the whole order, with each window limiter's own locks, is in
-    /// `window/turnstile.rs`). Any total order of members would do.
-    fn lock_order(&self) -> (bool, usize) {
+    /// (the whole order, with each window limiter's own locks and the shards of keys
+    /// before them all, is in `window/turnstile.rs`). Any total order of members would do.
+    pub(crate) fn lock_order(&self) -> (bool, usize) {
         (matches!(self.part, Part::Window(_)), self.part.identity())
     }
 }
 
-/// Orders `parts` in the global lock order.
-fn in_lock_order<'a>(parts: impl Iterator<Item = Part<'a>>) -> Few<Indexed<'a>> {
-    let mut indexed: Vec<Indexed<'a>> = parts
-        .enumerate()
-        .map(|(member, part)| Indexed { member, part })
-        .collect();
-    indexed.sort_unstable_by_key(Indexed::lock_order);
-    indexed.into_iter().collect()
-}
-
-/// Orders a few parts in the global lock order without allocating.
-fn few_in_lock_order<'a, const N: usize>(parts: [Part<'a>; N]) -> Few<Indexed<'a>> {
-    let mut indexed = [0; N].map(|_| None);
-    for (member, part) in parts.into_iter().enumerate() {
-        indexed[member] = Some(Indexed { member, part });
-    }
-    indexed.sort_unstable_by_key(|indexed| indexed.as_ref().map(Indexed::lock_order));
-    indexed.into_iter().flatten().collect()
-}
-
 impl<A: Member, B: Member> SealedMembers for (A, B) {
     fn parts(&self) -> Hooks<'_> {
-        Hooks(few_in_lock_order([self.0.part().0, self.1.part().0]))
+        Hooks::of([self.0.part().0, self.1.part().0])
     }
 }
 
@@ -243,11 +323,7 @@ impl<A: Member, B: Member> Members for (A, B) {}
 
 impl<A: Member, B: Member, C: Member> SealedMembers for (A, B, C) {
     fn parts(&self) -> Hooks<'_> {
-        Hooks(few_in_lock_order([
-            self.0.part().0,
-            self.1.part().0,
-            self.2.part().0,
-        ]))
+        Hooks::of([self.0.part().0, self.1.part().0, self.2.part().0])
     }
 }
 
@@ -255,7 +331,7 @@ impl<A: Member, B: Member, C: Member> Members for (A, B, C) {}
 
 impl<M: Member> SealedMembers for [M] {
     fn parts(&self) -> Hooks<'_> {
-        Hooks(in_lock_order(self.iter().map(|member| member.part().0)))
+        Hooks::of(self.iter().map(|member| member.part().0))
     }
 }
 
@@ -263,7 +339,7 @@ impl<M: Member> Members for [M] {}
 
 impl<M: Member, const N: usize> SealedMembers for [M; N] {
     fn parts(&self) -> Hooks<'_> {
-        Hooks(in_lock_order(self.iter().map(|member| member.part().0)))
+        Hooks::of(self.iter().map(|member| member.part().0))
     }
 }
 
@@ -271,7 +347,7 @@ impl<M: Member, const N: usize> Members for [M; N] {}
 
 impl<M: Member> SealedMembers for Vec<M> {
     fn parts(&self) -> Hooks<'_> {
-        Hooks(in_lock_order(self.iter().map(|member| member.part().0)))
+        Hooks::of(self.iter().map(|member| member.part().0))
     }
 }
 
@@ -285,21 +361,50 @@ impl<S: SealedMembers + ?Sized> SealedMembers for &S {
 
 impl<S: Members + ?Sized> Members for &S {}
 
-/// `Ok` when `parts` (in lock order) holds at least one limiter, and none twice.
-pub(crate) fn check_distinct(parts: &Few<Indexed<'_>>) -> Result<(), ConfigError> {
-    let mut previous: Option<&Indexed<'_>> = None;
-    for indexed in parts.iter() {
-        if let Some(previous) = previous {
-            if previous.part.identity() == indexed.part.identity() {
-                let (first, second) = if previous.member < indexed.member {
-                    (previous.member, indexed.member)
-                } else {
-                    (indexed.member, previous.member)
-                };
-                return Err(ConfigError::RepeatedMember { first, second });
-            }
+/// A member's position and what identifies it, for the checks made as a composite is
+/// made.
+#[derive(Clone, Copy)]
+pub(crate) struct Seen<'a> {
+    member: usize,
+    identity: &'a Identity,
+    order: usize,
+}
+
+impl<'a> Indexed<'a> {
+    pub(crate) fn seen(&self) -> Seen<'a> {
+        Seen {
+            member: self.member,
+            identity: self.part.identity_ref(),
+            order: self.part.identity(),
         }
-        previous = Some(indexed);
+    }
+}
+
+impl<'a> Hooks<'a> {
+    /// Every member, keys first, each group in lock order.
+    pub(crate) fn seen(&self) -> impl Iterator<Item = Seen<'a>> + '_ {
+        let keys = self.keys.iter().map(|indexed| Seen {
+            member: indexed.member,
+            identity: indexed.key.identity_ref(),
+            order: indexed.key.identity(),
+        });
+        keys.chain(self.parts.iter().map(Indexed::seen))
+    }
+}
+
+/// `Ok` when `members` (each group in lock order, so that one limiter given twice comes
+/// twice in a row) holds at least one member, and no limiter (or `Keyed`) twice.
+pub(crate) fn check_distinct<'a>(
+    members: impl IntoIterator<Item = Seen<'a>>,
+) -> Result<(), ConfigError> {
+    let mut previous: Option<Seen<'a>> = None;
+    for seen in members {
+        if let Some(previous) = previous.filter(|previous| previous.order == seen.order) {
+            let first = previous.member.min(seen.member);
+            let second = previous.member.max(seen.member);
+            return Err(ConfigError::RepeatedMember { first, second });
+        }
+        previous = Some(seen);
     }
     match previous {
         Some(_) => Ok(()),
@@ -307,34 +412,34 @@ pub(crate) fn check_distinct(parts: &Few<Indexed<'_>>) -> Result<(), ConfigError
     }
 }
 
-/// Gives each member of `parts` its part in composites for good: the member at position
+/// Gives each of `members` its part in composites for good: the member at position
 /// `leader` leads, every other follows (see [`Role`]). Refused, naming the first member
 /// (by position) that already plays the other part, and then no member is given a part.
 pub(crate) fn claim_roles(
-    parts: &Few<Indexed<'_>>,
+    members: &Few<Seen<'_>>,
     leader: Option<usize>,
 ) -> Result<(), ConfigError> {
-    let role = |indexed: &Indexed<'_>| match Some(indexed.member) == leader {
+    let role = |seen: &Seen<'_>| match Some(seen.member) == leader {
         true => Role::Leads,
         false => Role::Follows,
     };
     // Looked at first, so that a refused composite gives no member a part; claimed then,
     // refused still if another thread gave a member the other part in between.
-    let mut refused: Option<Indexed<'_>> = None;
+    let mut refused: Option<Seen<'_>> = None;
     for claiming in [false, true] {
-        for indexed in parts.iter() {
+        for seen in members.iter().copied() {
             let held = match claiming {
-                false => indexed.part.role(),
-                true => indexed.part.claim_role(role(indexed)).err(),
+                false => seen.identity.role(),
+                true => seen.identity.claim(role(&seen)).err(),
             };
-            let conflict = held.is_some_and(|held| held != role(indexed));
-            if conflict && refused.map_or(true, |first| indexed.member < first.member) {
-                refused = Some(*indexed);
+            let conflict = held.is_some_and(|held| held != role(&seen));
+            if conflict && refused.map_or(true, |first| seen.member < first.member) {
+                refused = Some(seen);
             }
         }
-        if let Some(indexed) = refused {
-            let member = indexed.member;
-            return Err(match role(&indexed) {
+        if let Some(seen) = refused {
+            let member = seen.member;
+            return Err(match role(&seen) {
                 Role::Leads => ConfigError::FollowerAsLeader { member },
                 Role::Follows => ConfigError::LeaderAsFollower { member },
             });

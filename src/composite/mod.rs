@@ -25,7 +25,7 @@ mod waiting;
 
 pub use all::{all, All};
 pub use in_turn::{all_in_turn, AllInTurn};
-pub(crate) use member::{Hook, Part, Sealed, Window, WindowHeld};
+pub(crate) use member::{Hook, KeyHook, KeyTry, Part, Piece, Refusals, Sealed, Window, WindowHeld};
 pub use member::{Member, Members};
 
 #[cfg(all(test, not(loom)))]

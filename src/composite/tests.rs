@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::task::noop_waker_ref;
 use tokio::runtime::Runtime;
 
-use crate::composite::{all, Part, Sealed};
+use crate::composite::{all, Part, Piece, Sealed};
 use crate::{FixedWindow, Limiter, SlidingLog, TryAcquireAllError, TryAcquireError};
 
 /// A current-thread runtime on a paused clock, which stands still unless it runs.
@@ -61,7 +61,7 @@ fn behind_a_held_line<T: Send + 'static>(
         .as_mut()
         .poll(&mut Context::from_waker(noop_waker_ref()));
     assert!(polled.is_pending(), "the log is full: it waits in line");
-    let Part::Window(held) = log.part().0 else {
+    let Piece::Part(Part::Window(held)) = log.part().0 else {
         unreachable!("a sliding log is a window limiter")
     };
     let line = held.turnstile().line();

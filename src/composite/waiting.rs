@@ -23,7 +23,7 @@ use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
-use crate::composite::member::{Indexed, Part};
+use crate::composite::member::{check_distinct, claim_roles, Hooks, Indexed, Part};
 use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::acquire_error;
 use crate::window::turnstile::Queued;
@@ -40,11 +40,11 @@ pub(crate) enum Order {
 
 /// A composite's `acquire`, over `parts` in lock order, waiting in their lines in `order`.
 pub(crate) async fn acquire_all(
-    parts: Few<Indexed<'_>>,
+    hooks: Hooks<'_>,
     permits: u64,
     order: Order,
 ) -> Result<(), AcquireAllError> {
-    match try_all(&parts, permits, false) {
+    match try_all(&hooks, permits, false) {
         Ok(()) => return Ok(()),
         Err(TryAcquireAllError::Member { member, error }) => {
             return Err(AcquireAllError::Member {
@@ -60,6 +60,7 @@ pub(crate) async fn acquire_all(
     }
     // It must wait: without a timer nothing could wake it, so say so on this first poll.
     clock::require_timer();
+    let parts = waiting_on(&hooks, order)?;
     let mut sleep = None;
     let mut places = match order {
         Order::AtOnce => poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?,
@@ -83,6 +84,24 @@ pub(crate) async fn acquire_all(
         }
     };
     poll_fn(|context| places.poll_decide(&parts, context, &mut sleep, Then::Commit)).await
+}
+
+/// The limiters a composite of `hooks` waits on, in lock order: each key's made whole,
+/// which must then be a limiter no other member is, and play the part its `Keyed`'s keys
+/// play.
+fn waiting_on<'a>(hooks: &Hooks<'a>, order: Order) -> Result<Few<Indexed<'a>>, AcquireAllError> {
+    let parts = hooks
+        .whole()
+        .map_err(|(member, error)| AcquireAllError::Member {
+            member,
+            error: refusal(error),
+        })?;
+    if hooks.keys.iter().next().is_some() {
+        let leader = (order == Order::InTurn).then_some(0);
+        check_distinct(parts.iter().map(Indexed::seen))?;
+        claim_roles(&parts.iter().map(Indexed::seen).collect(), leader)?;
+    }
+    Ok(parts)
 }
 
 /// A member's refusal of a `try_acquire`, as its `acquire` says it.

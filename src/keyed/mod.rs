@@ -7,6 +7,7 @@
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
+mod member;
 // The joint decision serves the HTTP layer; without its feature only the tests call it.
 #[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
 mod joint;
@@ -14,6 +15,7 @@ mod shard;
 
 #[cfg(feature = "http")]
 pub(crate) use joint::{Joint, JointRefusal};
+pub use member::KeyMember;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -31,7 +33,7 @@ use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
 use crate::quota::{Decision, Policy, Quota};
-use crate::sync::{AtomicUsize, Mutex, MutexGuard};
+use crate::sync::{AtomicUsize, Identity, Mutex, MutexGuard};
 
 /// The most shards a [`Keyed`] accepts.
 const MAX_SHARDS: usize = 1 << 16;
@@ -203,6 +205,9 @@ struct Inner<K, L> {
     /// The earliest instant (on `clock`) the next sweep for room may start. Only one such
     /// sweep runs at a time: whoever finds this lock taken does not sweep.
     next_room_sweep: Mutex<u64>,
+    /// Orders its keys' shard locks among a composite's members, with the part its keys
+    /// play in composites (see `keyed/member.rs`).
+    identity: Identity,
 }
 
 /// A shard on cache lines of its own, so that threads locking neighbouring shards do not
@@ -279,6 +284,7 @@ impl<K, L: Limiter> Keyed<K, L> {
                 max_keys,
                 clock: Clock::start(),
                 next_room_sweep: Mutex::new(0),
+                identity: Identity::new(),
             }),
         }
     }

@@ -1126,7 +1126,7 @@ impl Window for FixedWindow {
 
 impl Sealed for FixedWindow {
     fn part(&self) -> Hook<'_> {
-        Hook(Part::Window(self))
+        Part::Window(self).into()
     }
 }
 

@@ -650,7 +650,7 @@ macro_rules! impl_limiter {
 
         impl $crate::composite::Sealed for $limiter {
             fn part(&self) -> $crate::composite::Hook<'_> {
-                $crate::composite::Hook($crate::composite::Part::Window(&self.sliding))
+                $crate::composite::Part::Window(&self.sliding).into()
             }
         }
 
