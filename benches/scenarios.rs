@@ -10,6 +10,7 @@
 //! cargo bench --bench scenarios               # every scenario, about three minutes
 //! cargo bench --bench scenarios -- fairness   # only scenarios whose name contains "fairness"
 //! cargo bench --bench scenarios -- charts     # only the charts' two scenarios, about 15 s
+//! cargo bench --bench scenarios -- crawler    # only the crawler's schedule (ours), about 13 s
 //! cargo bench --bench scenarios -- waiters ours leaky-bucket
 //!                                             # the memory and drain rows, two crates only
 //! ```
@@ -17,7 +18,8 @@
 //! Without a scenario argument the binary re-executes itself once per (scenario, crate)
 //! as `scenarios run <scenario> <crate>`, reads the one `RESULT key=value ...` line each
 //! child prints on stdout, and prints a markdown table with the crates side by side
-//! and the issue's target ("what we want") for reference. Progress goes to stderr.
+//! and the issue's target ("what we want") for reference; `crawler`, which only this crate
+//! runs, has a small table of its own after that one. Progress goes to stderr.
 //! An argument that is a crate's name (`ours`, `governor`, `governor-tokio-clock`,
 //! `leaky-bucket`) keeps only that crate's runs; several may be given. Arguments starting
 //! with `--` (cargo passes `--bench`) are ignored.
@@ -84,6 +86,22 @@
 //! - **`idle-buckets`**: 10,000 limiters (1,000/s, burst 1) each serve one waiter, so
 //!   whatever background task a limiter starts has started; then the process CPU over 5 s
 //!   of real idleness on a 2-worker runtime.
+//! - **`crawler`** (issue 23; this crate only, as the peers have no composites): the
+//!   polite crawler, in real time on a current-thread runtime. 20 URLs, 4 on each of 5
+//!   hosts, one task per URL, each waiting for `all((&host, &global))` (the old composite,
+//!   which joins both lines at once) or `all_in_turn((&host, &global))` (the new one,
+//!   which joins the global line only once its host would admit it) and `acquire(1)`. A
+//!   host's bucket gains 2 a second and the global one 20, both of capacity 1 and starting
+//!   full; a fresh set for each crawl, as a limiter keeps the part (leading or following)
+//!   it is first given. The tasks are spawned grouped (host 0's four URLs, then host 1's,
+//!   ...) or interleaved (the first URL of each host, then the second, ...). The ideal
+//!   schedule grants host `h`'s `u`-th URL at `h × 50 ms + u × 500 ms`, the last at 1.7 s;
+//!   the figure is the *share of the ideal rate*, 1.7 s over the time from spawning the
+//!   tasks to the last grant, beside that time. `all` grouped holds the global line for a
+//!   host that is not ready and takes about 7.7 s (0.22); `all_in_turn` is to keep the
+//!   ideal in either order: a share of at least 0.95, within 90 ms of 1.7 s, which leaves
+//!   room for tokio's timer waking up to a millisecond late at each of the schedule's
+//!   steps. The four crawls run one after another in one child.
 //!
 //! # How the numbers are taken
 //!
@@ -132,7 +150,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use plotters::style::RGBColor;
 use process::{getconf_clk_tck, status_bytes, CpuMeter, CLK_TCK_ENV, MIB};
-use token_bucket::{Rate, TokenBucket};
+use token_bucket::{all, all_in_turn, AcquireAllError, Rate, TokenBucket};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
 
@@ -170,6 +188,14 @@ const CANCEL_LIMIT: Duration = Duration::from_secs(5);
 
 const IDLE_BUCKETS: usize = 10_000;
 const IDLE_FOR: Duration = Duration::from_secs(5);
+
+const CRAWLER: &str = "crawler";
+const CRAWL_HOSTS: usize = 5;
+const CRAWL_URLS_PER_HOST: usize = 4;
+const CRAWL_HOST_RATE: u64 = 2;
+const CRAWL_GLOBAL_RATE: u64 = 20;
+/// The share of the ideal rate `all_in_turn` is to reach in either order.
+const CRAWL_AT_LEAST: f64 = 0.95;
 
 // ---------------------------------------------------------------------------------------
 // The three limiters behind one interface.
@@ -396,6 +422,9 @@ enum Kind {
         paused: bool,
     },
     Idle,
+    /// The crawler of issue 23 with both composites, this crate's alone: it runs for
+    /// `ours` only, whichever limiter the child was asked for.
+    Crawler,
 }
 
 /// Crates that can finish a scale scenario: governor wakes every waiter on every token,
@@ -410,7 +439,10 @@ const fn precision(rate: u64, burst_ms: u64) -> Kind {
     }
 }
 
-const SCENARIOS: [(&str, Kind, &[Crate]); 11] = [
+/// The peers have no composites.
+const OURS_ONLY: &[Crate] = &[Crate::Ours];
+
+const SCENARIOS: [(&str, Kind, &[Crate]); 12] = [
     (
         "precision-1k",
         Kind::Precision {
@@ -453,6 +485,7 @@ const SCENARIOS: [(&str, Kind, &[Crate]); 11] = [
         FINISHERS,
     ),
     ("idle-buckets", Kind::Idle, &Crate::ALL),
+    (CRAWLER, Kind::Crawler, OURS_ONLY),
 ];
 
 fn scenario(name: &str) -> Option<Kind> {
@@ -473,6 +506,7 @@ fn run_scenario<L: Limiter>(kind: Kind) {
         Kind::Fairness => fairness::<L>(),
         Kind::Cancellation { waiters, paused } => cancellation::<L>(waiters, paused),
         Kind::Idle => idle::<L>(),
+        Kind::Crawler => crawler(),
     }
 }
 
@@ -767,6 +801,125 @@ fn idle<L: Limiter>() {
         record("idle_s", start.elapsed().as_secs_f64());
         record("cpu_ns", cpu.elapsed_ns());
         drop(limiters);
+    });
+    runtime.shutdown_background();
+}
+
+/// How a crawl's tasks wait for their host and the global limit.
+#[derive(Clone, Copy)]
+enum Composite {
+    /// `all`: joins both lines at once.
+    All,
+    /// `all_in_turn`: the host's line first, the global one once the host would admit it.
+    InTurn,
+}
+
+impl Composite {
+    const BOTH: [Composite; 2] = [Composite::All, Composite::InTurn];
+
+    fn name(self) -> &'static str {
+        match self {
+            Composite::All => "all",
+            Composite::InTurn => "all_in_turn",
+        }
+    }
+}
+
+/// The order in which a crawl's tasks are spawned.
+#[derive(Clone, Copy)]
+enum CrawlOrder {
+    /// Host 0's URLs, then host 1's, ...
+    Grouped,
+    /// The first URL of each host, then the second of each, ...
+    Interleaved,
+}
+
+impl CrawlOrder {
+    const BOTH: [CrawlOrder; 2] = [CrawlOrder::Grouped, CrawlOrder::Interleaved];
+
+    fn name(self) -> &'static str {
+        match self {
+            CrawlOrder::Grouped => "grouped",
+            CrawlOrder::Interleaved => "interleaved",
+        }
+    }
+
+    /// The host of each URL, in the order its task is spawned.
+    fn hosts(self) -> Vec<usize> {
+        match self {
+            CrawlOrder::Grouped => (0..CRAWL_HOSTS)
+                .flat_map(|host| (0..CRAWL_URLS_PER_HOST).map(move |_| host))
+                .collect(),
+            CrawlOrder::Interleaved => (0..CRAWL_URLS_PER_HOST)
+                .flat_map(|_| 0..CRAWL_HOSTS)
+                .collect(),
+        }
+    }
+}
+
+/// The key under which a crawl's figures are reported, `<composite>_<order>`.
+fn crawl_key(composite: Composite, order: CrawlOrder) -> String {
+    format!("{}_{}", composite.name(), order.name())
+}
+
+/// From the first grant to the last on the ideal schedule: host `h`'s `u`-th URL at
+/// `h / global rate + u / host rate`. (The hosts' first grants, one global interval
+/// apart, all come before any host's second.)
+fn crawl_ideal() -> Duration {
+    let last_host = u32::try_from(CRAWL_HOSTS - 1).expect("a few hosts");
+    let last_url = u32::try_from(CRAWL_URLS_PER_HOST - 1).expect("a few URLs");
+    let interval = |rate: u64| Duration::from_secs(1) / u32::try_from(rate).expect("a small rate");
+    interval(CRAWL_GLOBAL_RATE) * last_host + interval(CRAWL_HOST_RATE) * last_url
+}
+
+/// One crawl on fresh limiters (a limiter keeps the part it is first given, so `all`
+/// and `all_in_turn` cannot share them): the time from spawning the tasks to the last
+/// grant.
+async fn crawl(composite: Composite, order: CrawlOrder) -> Duration {
+    let bucket = |rate| TokenBucket::new(Rate::per_second(rate), 1).expect("valid bucket settings");
+    let hosts: Vec<TokenBucket> = (0..CRAWL_HOSTS).map(|_| bucket(CRAWL_HOST_RATE)).collect();
+    let global = bucket(CRAWL_GLOBAL_RATE);
+    let start = Instant::now();
+    let tasks: Vec<_> = order
+        .hosts()
+        .into_iter()
+        .map(|host| {
+            let (host, global) = (hosts[host].clone(), global.clone());
+            tokio::spawn(async move {
+                match composite {
+                    Composite::All => all((&host, &global))?.acquire(1).await,
+                    Composite::InTurn => all_in_turn((&host, &global))?.acquire(1).await,
+                }?;
+                Ok::<Duration, AcquireAllError>(start.elapsed())
+            })
+        })
+        .collect();
+    let mut last_grant = Duration::ZERO;
+    for task in tasks {
+        let granted = task.await.expect("a URL's task").expect("acquire failed");
+        last_grant = last_grant.max(granted);
+    }
+    last_grant
+}
+
+/// The four crawls, one after another. On a current-thread runtime the tasks first poll
+/// in the order they were spawned, so each joins its lines in the crawl's order.
+fn crawler() {
+    let runtime = paused_runtime(false);
+    runtime.block_on(async {
+        let ideal = crawl_ideal();
+        record("ideal_s", ideal.as_secs_f64());
+        for composite in Composite::BOTH {
+            for order in CrawlOrder::BOTH {
+                let elapsed = crawl(composite, order).await;
+                let key = crawl_key(composite, order);
+                record(&format!("{key}_s"), elapsed.as_secs_f64());
+                record(
+                    &format!("{key}_share"),
+                    ideal.as_secs_f64() / elapsed.as_secs_f64(),
+                );
+            }
+        }
     });
     runtime.shutdown_background();
 }
@@ -1253,8 +1406,18 @@ impl Metric {
     }
 }
 
+/// The main table, after a blank line; nothing when none of its scenarios ran.
 fn print_table(results: &Results) {
+    let ran = |scenario| {
+        Crate::ALL
+            .iter()
+            .any(|&krate| results.contains_key(&(scenario, krate)))
+    };
+    if !METRICS.iter().any(|(metric, _, _)| ran(metric.scenario())) {
+        return;
+    }
     let titles: Vec<&str> = Crate::ALL.iter().map(|krate| krate.title()).collect();
+    println!();
     println!(
         "| Scenario | {} | what we want | ours meets it |",
         titles.join(" | ")
@@ -1262,10 +1425,7 @@ fn print_table(results: &Results) {
     println!("|---|{}---|---|", "---|".repeat(titles.len()));
     for (metric, label, want) in METRICS {
         let scenario = metric.scenario();
-        if !Crate::ALL
-            .iter()
-            .any(|&krate| results.contains_key(&(scenario, krate)))
-        {
+        if !ran(scenario) {
             continue;
         }
         let cells: Vec<String> = Crate::ALL
@@ -1279,6 +1439,53 @@ fn print_table(results: &Results) {
             cells[2],
             cells[3],
             metric.verdict(results)
+        );
+    }
+}
+
+/// The crawler's table, after a blank line, if it ran: the share of the ideal rate and
+/// the time taken, for each composite and order.
+fn print_crawler_table(results: &Results) {
+    let Some(outcome) = results.get(&(CRAWLER, Crate::Ours)) else {
+        return;
+    };
+    let cell = |composite, order| {
+        if let Outcome::Failed(why) = outcome {
+            return format!("error: {why}");
+        }
+        let key = crawl_key(composite, order);
+        match (
+            outcome.number(&format!("{key}_share")),
+            outcome.number(&format!("{key}_s")),
+        ) {
+            (Some(share), Some(secs)) => format!("{share:.3} ({secs:.3} s)"),
+            _ if outcome.timed_out() => {
+                format!("does not finish (timed out after {} s)", LIMIT.as_secs())
+            }
+            _ => "(missing)".to_owned(),
+        }
+    };
+    let ideal_s = crawl_ideal().as_secs_f64();
+    println!();
+    println!(
+        "| Crawler: {} URLs on {CRAWL_HOSTS} hosts, {CRAWL_HOST_RATE}/s per host, \
+         {CRAWL_GLOBAL_RATE}/s overall: share of the ideal rate ({ideal_s:.1} s) | \
+         `all` (old) | `all_in_turn` (new) | what we want | `all_in_turn` meets it |",
+        CRAWL_HOSTS * CRAWL_URLS_PER_HOST
+    );
+    println!("|---|---|---|---|---|");
+    for order in CrawlOrder::BOTH {
+        let in_turn = outcome.number(&format!("{}_share", crawl_key(Composite::InTurn, order)));
+        let verdict = match in_turn {
+            Some(share) if share >= CRAWL_AT_LEAST => "yes",
+            Some(_) => "no",
+            None => "—",
+        };
+        println!(
+            "| URLs {} | {} | {} | `all_in_turn` ≥ {CRAWL_AT_LEAST} | {verdict} |",
+            order.name(),
+            cell(Composite::All, order),
+            cell(Composite::InTurn, order),
         );
     }
 }
@@ -1441,8 +1648,8 @@ fn parent(filters: &[String]) -> ExitCode {
     }
     let elapsed = total.elapsed();
 
-    println!();
     print_table(&results);
+    print_crawler_table(&results);
     draw_charts(&results);
     println!();
     println!(
@@ -1453,7 +1660,8 @@ fn parent(filters: &[String]) -> ExitCode {
          Fairness: paused time for ours, leaky-bucket and governor on tokio's clock, real time \
          for governor. \
          Cancellation: real time for all; abandon-1m: paused time. \
-         Idle buckets: real time, multi-thread runtime. leaky-bucket: refill r/gcd(r,1000) every \
+         Idle buckets: real time, multi-thread runtime. Crawler: ours only, real time, \
+         current-thread runtime, fresh limiters for each crawl. leaky-bucket: refill r/gcd(r,1000) every \
          1000/gcd(r,1000) ms, max = burst, fair. governor on tokio's clock: governor's \
          limiter reading tokio's clock, waiting on tokio's timer until the instant it names; \
          a baseline, not counted among the peers in the last column.",
