@@ -60,7 +60,7 @@ pub fn host_of(url: &str) -> Option<&str> {
 /// that is the order they are spawned, the order of `urls`.
 pub async fn crawl(urls: &[String]) -> Result<Vec<(String, Duration)>, BoxError> {
     // Capacity 1 on both, so no bursts: one request every 500 ms per host, every 50 ms
-    // overall. Each host's bucket is made from the template the first time it is asked for.
+    // overall. Each host's bucket is made from the template when the host is first seen.
     let per_host: Keyed<String, TokenBucket> =
         Keyed::new(TokenBucket::new(Rate::per_second(2), 1)?);
     let global = TokenBucket::new(Rate::per_second(20), 1)?;
@@ -73,8 +73,10 @@ pub async fn crawl(urls: &[String]) -> Result<Vec<(String, Duration)>, BoxError>
             // Clones share the same buckets.
             let (per_host, global) = (per_host.clone(), global.clone());
             Ok(tokio::spawn(async move {
-                // The host's line first, the global line last.
-                all_in_turn((per_host.limiter(&host)?, &global))?
+                // The host's line first, the global line last. The host is decided on its
+                // one-word state while nobody waits on it, and made a whole bucket (shared by
+                // its waiters) only to wait.
+                all_in_turn((per_host.member(&host), &global))?
                     .acquire(1)
                     .await?;
                 // A real crawler would fetch `url` here.

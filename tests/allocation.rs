@@ -84,3 +84,24 @@ async fn a_decision_with_its_quota_does_not_allocate_on_a_limiter_or_a_key_held_
     assert!(allocations() > before);
     drop(handle);
 }
+
+/// A key as a composite member (issue 23), decided on its word beside a global bucket,
+/// allocates nothing, admitted or refused: no limiter is made for the key.
+#[tokio::test(start_paused = true)]
+async fn a_key_member_decided_on_its_word_does_not_allocate() {
+    let per_key: Keyed<u64, TokenBucket> =
+        Keyed::new(TokenBucket::new(Rate::per_second(1), 2).unwrap());
+    let global = TokenBucket::new(Rate::per_second(1_000), 1_000).unwrap();
+    // The key's first use adds it to its shard's table, which may allocate.
+    token_bucket::all_in_turn((per_key.member(&7), &global))
+        .unwrap()
+        .try_acquire(1)
+        .unwrap();
+    let before = allocations();
+    let both = token_bucket::all_in_turn((per_key.member(&7), &global)).unwrap();
+    both.try_acquire(1).unwrap();
+    assert!(both.try_acquire(1).is_err());
+    drop(both);
+    assert_eq!(allocations(), before, "a key member allocated");
+    assert_eq!(per_key.is_held_whole(&7), Some(false));
+}
