@@ -67,23 +67,60 @@
 //!
 //! # Several limiters, one decision
 //!
-//! [`all`] makes a composite of independent limiters (a per-user and a global limit, say)
-//! that admits a request only when every member does, at one instant, and then counts it
-//! in every one; or counts nothing anywhere. Waiting, it keeps its place first in, first
-//! out in every member's line, holding nothing before it is granted; composites that
-//! share members never deadlock, and dropping one gives back every place. The cost: a
-//! composite at the head of one member's line holds that line while it waits for the
-//! others. `docs/composites.md` says it all, with the figures.
+//! A composite of independent limiters (a per-key and a global limit, say) admits a
+//! request only when every member does, at one instant, and then counts it in every one;
+//! or counts nothing anywhere. Composites that share members never deadlock, and dropping
+//! one gives back every place it holds. There are two, which differ only in how they wait:
+//!
+//! - [`all_in_turn`], for a per-key limit and a global one: see
+//!   [waiting member by member](#waiting-member-by-member) below.
+//! - [`all`] joins every member's line at once and keeps its place in each, so arrival
+//!   order holds in every line. The cost: a composite at the head of one member's line
+//!   holds that line while it waits for the others, so a key that is not ready, at the
+//!   head of the global line, holds back every other key.
+//!
+//! `docs/composites.md` says it all, with the figures.
 //!
 //! ```
 //! use token_bucket::{all, Rate, TokenBucket};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let user = TokenBucket::new(Rate::per_second(5), 5)?;
+//! let minute = TokenBucket::new(Rate::per_minute(100), 100)?;
+//! let day = TokenBucket::new(Rate::per_hour(1_000), 10_000)?;
+//! all((&minute, &day))?.acquire(1).await?;
+//! assert_eq!((minute.available(), day.available()), (99, 9_999));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Waiting member by member
+//!
+//! [`all_in_turn`] waits in its first member's line until that member would admit the
+//! request, keeping its place there, and only then joins the other members' lines and
+//! decides all at once, as [`all`] does. With the per-key limit first and the global one
+//! last, a key that is not ready waits in its own line and never holds the global line:
+//! a crawler's 20 URLs on 5 hosts, grouped by host, take 1.7 s instead of `all`'s 7.7 s
+//! (`examples/crawler.rs`). A key of a [`Keyed`] is a member as
+//! [`per_key.member(&key)`](Keyed::member), decided on its one-word state while nobody
+//! waits on it.
+//!
+//! Its first member *leads*; its other members, and every member of an [`all`], *follow*.
+//! A limiter keeps the part it is first given, because one that led some composites and
+//! followed in others could leave two composites each holding a line the other waits in;
+//! a composite that would mix them is refused when it is made
+//! ([`ConfigError::FollowerAsLeader`], [`ConfigError::LeaderAsFollower`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use token_bucket::{all_in_turn, Keyed, Rate, TokenBucket};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let per_user: Keyed<u64, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(5), 5)?);
 //! let global = TokenBucket::new(Rate::per_second(500), 500)?;
-//! all((&user, &global))?.acquire(1).await?;
-//! assert_eq!((user.available(), global.available()), (4, 499));
+//! all_in_turn((per_user.member(&42), &global))?.acquire(1).await?;
+//! assert_eq!(global.available(), 499);
 //! # Ok(())
 //! # }
 //! ```

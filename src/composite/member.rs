@@ -20,8 +20,10 @@ use crate::window::turnstile::Turnstile;
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
 /// [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
 /// [`SlidingLog`](crate::SlidingLog), [`SlidingWindow`](crate::SlidingWindow), a
-/// reference to one, or an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter)
-/// returns for a key).
+/// reference to one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter)
+/// returns for a key), or a key of a [`Keyed`](crate::Keyed) of one of them
+/// ([`Keyed::member`](crate::Keyed::member), decided on the key's word while nobody waits
+/// on it).
 ///
 /// It is sealed: a composite decides by holding every member's lock at once and holding
 /// a place in every member's line, which only the crate's own limiters offer. A limiter

@@ -655,10 +655,13 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 
     /// The whole limiter of `key`, made from the template if the key is new (a key held as
-    /// a word is unfolded into it): for a request that takes from this key and
-    /// from other limiters in one decision (see [`all`](crate::all)). The key is not
-    /// forgotten while the returned `Arc` lives, nor while a composite waits in its
-    /// limiter's line.
+    /// a word is unfolded into it). The key is not forgotten while the returned `Arc`
+    /// lives, nor while a composite waits in its limiter's line.
+    ///
+    /// For a request that takes from this key and from other limiters in one decision,
+    /// [`member`](Keyed::member) is the better member: it decides on the key's word while
+    /// nobody waits on it, where this makes the key whole (about 950 bytes for a bucket)
+    /// on every call.
     ///
     /// # Errors
     ///
