@@ -620,11 +620,24 @@ pub enum TryAcquireAllError {
         /// What the member said.
         error: TryAcquireError,
     },
+    /// The composite could not be made: what [`all`](crate::all) or
+    /// [`all_in_turn`](crate::all_in_turn) refused. Here so that one error type covers
+    /// making a composite and deciding on it: `?` turns a [`ConfigError`] into this.
+    Config(ConfigError),
+}
+
+impl From<ConfigError> for TryAcquireAllError {
+    fn from(error: ConfigError) -> TryAcquireAllError {
+        TryAcquireAllError::Config(error)
+    }
 }
 
 impl fmt::Display for TryAcquireAllError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            TryAcquireAllError::Config(error) => {
+                write!(f, "the composite could not be made: {error}")
+            }
             TryAcquireAllError::Limited { retry_after } => {
                 write!(
                     f,
@@ -638,7 +651,14 @@ impl fmt::Display for TryAcquireAllError {
     }
 }
 
-impl Error for TryAcquireAllError {}
+impl Error for TryAcquireAllError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            TryAcquireAllError::Config(error) => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// Why a composite's [`acquire`](crate::All::acquire) did not succeed. Nothing was
 /// counted by any member, and its place in every line was given back.

@@ -13,7 +13,7 @@ mod common;
 use common::{ms, secs, yield_until};
 use token_bucket::{
     all, all_in_turn, AcquireAllError, AcquireError, ConfigError, FixedWindow, Limiter, Rate,
-    TokenBucket,
+    TokenBucket, TryAcquireAllError,
 };
 use tokio::time::Instant;
 
@@ -283,6 +283,15 @@ async fn a_limiter_that_leads_cannot_follow_and_the_refusal_names_it() {
          but the limiter already follows in other composites (a later member of \
          all_in_turn, or a member of all); a limiter that did both could leave composites \
          waiting for each other forever"
+    );
+    fn try_both(host: &TokenBucket, global: &TokenBucket) -> Result<(), TryAcquireAllError> {
+        all_in_turn((global, host))?.try_acquire(1)
+    }
+    assert_eq!(
+        try_both(&host, &global),
+        Err(TryAcquireAllError::Config(ConfigError::FollowerAsLeader {
+            member: 0
+        }))
     );
     // Nothing was counted by the refused composites.
     assert_eq!((host.available(), global.available()), (1, 1));

@@ -52,6 +52,7 @@ pub(crate) async fn acquire_all(
                 error: refusal(error),
             })
         }
+        Err(TryAcquireAllError::Config(error)) => return Err(AcquireAllError::Config(error)),
         Err(TryAcquireAllError::Limited { .. }) => {}
     }
     // Under loom there is no runtime: the model's threads poll it and move the clock.
