@@ -693,6 +693,46 @@ fn loom_composites_in_opposite_orders_never_deadlock_and_take_from_both_or_neith
     });
 }
 
+/// A composite of a key (decided on its word under its shard's lock) and a global
+/// bucket races a plain `try_acquire` on the same key and a plain `try_take` on the
+/// global bucket, each of which holds one token. The composite takes from both or from
+/// neither: its word is written only once the global bucket admitted it too, under the
+/// shard's lock, so the books balance in every interleaving.
+#[test]
+fn loom_a_key_member_takes_from_its_word_and_the_global_bucket_or_from_neither() {
+    model(|| {
+        let keys = Arc::new(keyed_on_one_shard(1));
+        let global = bucket(1, 1);
+        let composite = {
+            let (keys, global) = (Arc::clone(&keys), global.clone());
+            thread::spawn(move || {
+                crate::all_in_turn((keys.member(&0), &global))
+                    .unwrap()
+                    .try_acquire(1)
+                    .is_ok()
+            })
+        };
+        let plain_key = {
+            let keys = Arc::clone(&keys);
+            thread::spawn(move || keys.try_acquire(&0, 1).is_ok())
+        };
+        let plain_global = on_thread(&global, |global| global.try_take(1).is_ok());
+        let composite = composite.join().unwrap();
+        let plain_key = plain_key.join().unwrap();
+        let plain_global = plain_global.join().unwrap();
+        assert!(
+            !(composite && (plain_key || plain_global)),
+            "a token taken twice"
+        );
+        let key_taken = u64::from(composite || plain_key);
+        assert_eq!(
+            keys.quota(&0).map(|quota| quota.remaining),
+            Some(1 - key_taken)
+        );
+        assert_eq!(global.stats().taken, u64::from(composite || plain_global));
+    });
+}
+
 /// A composite over two fixed windows races a lock-free `try_acquire` on the first for
 /// its last permit. The composite seizes each window's word while it decides, so the
 /// plain try either comes first (and the composite is refused by that window, counting

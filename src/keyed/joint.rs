@@ -15,7 +15,7 @@ use std::hash::Hash;
 use super::{step, Keyed, Step, TooManyKeys};
 use crate::bucket::TokenBucket;
 use crate::composite::{all, Member};
-use crate::error::TryAcquireError;
+use crate::error::{ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::limiter::Limiter;
 use crate::quota::{Decision, Quota};
@@ -148,17 +148,23 @@ fn key_then_global<G: Limiter>(
 /// The joint decision on a key's whole `limiter`, with no lock of the `Keyed` held.
 fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
     let (Some(member), Some(global_member)) = (as_member(limiter), as_member(global)) else {
-        return in_turn(limiter, permits, global);
+        return one_after_the_other(limiter, permits, global);
     };
-    let Ok(both) = all((member, global_member)) else {
-        // Only one limiter: `global` is the key's own. Deciding it once is all or
-        // nothing.
-        let decision = limiter.try_acquire_decision(permits);
-        return Joint {
-            result: decision.result.map_err(JointRefusal::Key),
-            key: decision.quota,
-            global: decision.quota,
-        };
+    let both = match all((member, global_member)) {
+        Ok(both) => both,
+        Err(ConfigError::RepeatedMember { .. }) => {
+            // Only one limiter: `global` is the key's own. Deciding it once is all or
+            // nothing.
+            let decision = limiter.try_acquire_decision(permits);
+            return Joint {
+                result: decision.result.map_err(JointRefusal::Key),
+                key: decision.quota,
+                global: decision.quota,
+            };
+        }
+        // `global` leads `all_in_turn` composites elsewhere, so it cannot follow in
+        // `all`: decided one after the other, which a try that never waits may do.
+        Err(_) => return one_after_the_other(limiter, permits, global),
     };
     let result = both.try_acquire_each(permits).map_err(|refusals| {
         // The key's refusal if it refused (member 0), else the global's.
@@ -178,7 +184,7 @@ fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Jo
 
 /// The joint decision for limiters a composite cannot hold: the key first, then `global`;
 /// the key's permits given back with its `refund` when `global` refuses.
-fn in_turn<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
+fn one_after_the_other<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
     key_then_global(
         || limiter.try_acquire_decision(permits),
         global,

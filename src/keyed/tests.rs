@@ -541,3 +541,38 @@ async fn a_flood_of_fresh_keys_with_a_global_limit_keeps_every_key_a_word() {
     assert_eq!((wholes(&keyed), made(&keyed)), (0, 0));
     assert_eq!((wholes(&windows), made(&windows)), (0, 0));
 }
+
+/// A global limiter that leads `all_in_turn` composites elsewhere cannot follow in the
+/// composite a whole key is decided with: the joint decision then asks the key and the
+/// global limiter one after the other, giving the key's permits back if the global one
+/// refuses, rather than mistaking it for the key's own limiter.
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_with_a_global_limiter_that_leads_elsewhere_is_still_all_or_nothing() {
+    let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
+    let global = bucket(Rate::per_second(1), 1);
+    let other = bucket(Rate::per_second(1), 1);
+    crate::all_in_turn((&global, &other)).unwrap();
+    let handle = keyed.get(&0).or_else(|| {
+        keyed.try_acquire(&0, 0).unwrap();
+        keyed.get(&0)
+    });
+    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert!(keyed.try_acquire_with(&0, 1, &global).result.is_ok());
+    assert_eq!(
+        (
+            global.available(),
+            handle.as_ref().map(|key| key.available())
+        ),
+        (0, Some(0))
+    );
+    advance(Duration::from_secs(1)).await;
+    global.try_take(1).unwrap();
+    assert_eq!(
+        keyed.try_acquire_with(&0, 1, &global).result,
+        Err(JointRefusal::Global(TryAcquireError::Limited {
+            retry_after: Duration::from_secs(1)
+        }))
+    );
+    // The key's permit was given back.
+    assert_eq!(handle.map(|key| key.available()), Some(1));
+}
