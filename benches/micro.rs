@@ -80,7 +80,27 @@
 //!   `take(1).await`, and governor's two `check()`s as the peer's separate calls (it has
 //!   no composite). The composite takes both buckets' locks in the global order and reads
 //!   the clock once; the separate calls each take the lock-free fast path, and are not
-//!   one decision. The summary prints its own table, with the ratio.
+//!   one decision. `in-turn-try_acquire` and `in-turn-acquire` are the same two calls on
+//!   `all_in_turn((&leader, &follower))`, over two fresh buckets (a limiter keeps the part
+//!   it is first given, and `a` and `b` already follow in `all`); with the tokens there it
+//!   decides as `all` does, so the two should cost about the same. Every composite of
+//!   these rows is made once, outside the timing.
+//!
+//!   Then a key beside a global bucket, `try` only, with the key's tokens there, on a
+//!   `Keyed<u64, TokenBucket>` whose template is [`ours`] (so the key never runs dry, and
+//!   is held as a word): `key-member-in-turn-try_acquire` is
+//!   `all_in_turn((per_key.member(&KEY), &global))?.try_acquire(1)`, the member and the
+//!   composite made inside the timed call, per request, as users write it (a hash of the
+//!   key, a copy of it, a handle on the `Keyed`); `key-try_acquire-and-try_take` is the two
+//!   separate calls `per_key.try_acquire(&KEY, 1)` and `global.try_take(1)`, not one
+//!   decision; `governor-check_key-and-check` is governor's keyed limiter's
+//!   `check_key(&KEY)` and a direct limiter's `check()`, the peer's separate calls; and
+//!   `key-limiter-in-turn-try_acquire` is the way before `member`,
+//!   `all_in_turn((per_key.limiter(&KEY)?, &global))?.try_acquire(1)`, on a `Keyed` of its
+//!   own (its keys lead too). `limiter` makes the key whole the first time; the key stays
+//!   whole after, since nothing here folds it back, so each call pays for the lookup, an
+//!   `Arc` clone and the whole bucket's locked path. The summary prints both tables, with
+//!   the ratios in turn ÷ all, member ÷ separate calls and member ÷ governor.
 //!
 //! - `floors`: what the operations above are made of, on this machine, this run: one read
 //!   of tokio's clock, one uncontended compare-and-swap, one uncontended `fetch_add`, and
@@ -110,8 +130,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, Criterion, Throughput};
 use futures::{stream, StreamExt};
 use governor::prelude::StreamRateLimitExt;
-use governor::{DefaultDirectRateLimiter, Quota};
-use token_bucket::{all, Rate, TokenBucket};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota};
+use token_bucket::{all, all_in_turn, Keyed, Rate, TokenBucket};
 
 #[path = "support/figures.rs"]
 mod figures;
@@ -155,6 +175,12 @@ fn ample_quota() -> Quota {
 /// governor's direct limiter, on its own clock (quanta).
 fn governor() -> DefaultDirectRateLimiter {
     governor::RateLimiter::direct(ample_quota())
+}
+
+/// governor's keyed limiter (a `DashMap` of its direct limiters), on its own clock, each
+/// key given [`ample_quota`].
+fn governor_keyed() -> DefaultKeyedRateLimiter<u64> {
+    governor::RateLimiter::keyed(ample_quota())
 }
 
 /// governor's direct limiter on tokio's clock, the clock ours reads.
@@ -430,19 +456,41 @@ fn several_limits(c: &mut Criterion) {
     group.finish();
 }
 
-/// The `composite` group's benchmarks: (operation, two separate calls, one composite).
-const COMPOSITE: [(&str, &str, &str); 2] = [
-    ("try (2 buckets)", "try_take-twice", "all-try_acquire"),
-    ("wait (2 buckets)", "take-twice", "all-acquire"),
+/// The `composite` group's benchmarks over two buckets: (operation, two separate calls,
+/// one `all` composite, one `all_in_turn` composite).
+const COMPOSITE: [(&str, &str, &str, &str); 2] = [
+    (
+        "try (2 buckets)",
+        "try_take-twice",
+        "all-try_acquire",
+        "in-turn-try_acquire",
+    ),
+    (
+        "wait (2 buckets)",
+        "take-twice",
+        "all-acquire",
+        "in-turn-acquire",
+    ),
 ];
 
 /// The peer's two separate checks, beside ours in the `composite` group.
 const GOVERNOR_TWICE: &str = "governor-check-twice";
 
+/// The `composite` group's benchmarks of a key beside a global bucket, all `try`: the key
+/// as `Keyed::member` in `all_in_turn`, as `Keyed::limiter` in `all_in_turn`, the two
+/// separate calls, and governor's keyed check with a direct one.
+const KEY_MEMBER: &str = "key-member-in-turn-try_acquire";
+const KEY_LIMITER: &str = "key-limiter-in-turn-try_acquire";
+const KEY_TWICE: &str = "key-try_acquire-and-try_take";
+const GOVERNOR_KEY_TWICE: &str = "governor-check_key-and-check";
+
+/// The one key the `composite` group's key rows take from.
+const KEY: u64 = 7;
+
 fn composite(c: &mut Criterion) {
     let runtime = current_thread_runtime();
     let mut group = c.benchmark_group("composite");
-    let [(_, try_twice, try_all), (_, take_twice, take_all)] = COMPOSITE;
+    let [(_, try_twice, try_all, try_in_turn), (_, take_twice, take_all, take_in_turn)] = COMPOSITE;
     let (a, b) = (ours(), ours());
     group.bench_function(try_twice, |bench| {
         bench.iter(|| {
@@ -450,26 +498,85 @@ fn composite(c: &mut Criterion) {
             granted(black_box(&b).try_take(1).is_ok(), try_twice);
         });
     });
-    let both = all((&a, &b)).expect("two buckets");
-    group.bench_function(try_all, |bench| {
-        bench.iter(|| granted(black_box(&both).try_acquire(1).is_ok(), try_all));
-    });
     group.bench_function(take_twice, |bench| {
         bench.to_async(&runtime).iter(|| async {
             granted(black_box(&a).take(1).await.is_ok(), take_twice);
             granted(black_box(&b).take(1).await.is_ok(), take_twice);
         });
     });
-    group.bench_function(take_all, |bench| {
-        bench.to_async(&runtime).iter(|| async {
-            granted(black_box(&both).acquire(1).await.is_ok(), take_all);
-        });
-    });
+    // `try_acquire(1)` and `acquire(1).await` on a composite made once: `All` and
+    // `AllInTurn` share no trait, so a macro serves both.
+    macro_rules! try_and_acquire {
+        ($composite:expr, $try_bench:expr, $acquire_bench:expr) => {
+            let composite = $composite;
+            group.bench_function($try_bench, |bench| {
+                bench.iter(|| granted(black_box(&composite).try_acquire(1).is_ok(), $try_bench));
+            });
+            group.bench_function($acquire_bench, |bench| {
+                bench.to_async(&runtime).iter(|| async {
+                    granted(
+                        black_box(&composite).acquire(1).await.is_ok(),
+                        $acquire_bench,
+                    );
+                });
+            });
+        };
+    }
+    try_and_acquire!(all((&a, &b)).expect("two buckets"), try_all, take_all);
     let (first, second) = (governor(), governor());
     group.bench_function(GOVERNOR_TWICE, |bench| {
         bench.iter(|| {
             granted(black_box(&first).check().is_ok(), GOVERNOR_TWICE);
             granted(black_box(&second).check().is_ok(), GOVERNOR_TWICE);
+        });
+    });
+
+    // Fresh buckets: `a` and `b` follow in `all` above, and a limiter keeps the part it
+    // is first given, so neither could lead here.
+    let (leader, follower) = (ours(), ours());
+    try_and_acquire!(
+        all_in_turn((&leader, &follower)).expect("two fresh buckets"),
+        try_in_turn,
+        take_in_turn
+    );
+
+    // A key beside a global bucket. The member and its composite are made per request,
+    // as users write it, so their making is timed.
+    let per_key: Keyed<u64, TokenBucket> = Keyed::new(ours());
+    let global = ours();
+    group.bench_function(KEY_MEMBER, |bench| {
+        bench.iter(|| {
+            let member = per_key.member(black_box(&KEY));
+            let composite = all_in_turn((member, &global)).expect("a key and a bucket");
+            granted(composite.try_acquire(1).is_ok(), KEY_MEMBER);
+        });
+    });
+    group.bench_function(KEY_TWICE, |bench| {
+        bench.iter(|| {
+            granted(per_key.try_acquire(black_box(&KEY), 1).is_ok(), KEY_TWICE);
+            granted(black_box(&global).try_take(1).is_ok(), KEY_TWICE);
+        });
+    });
+    // A Keyed of its own: the keys of `per_key` lead, and so would these whole ones.
+    let per_key_whole: Keyed<u64, TokenBucket> = Keyed::new(ours());
+    group.bench_function(KEY_LIMITER, |bench| {
+        bench.iter(|| {
+            let limiter = per_key_whole
+                .limiter(black_box(&KEY))
+                .expect("no bound on keys");
+            let composite = all_in_turn((limiter, &global)).expect("a key and a bucket");
+            granted(composite.try_acquire(1).is_ok(), KEY_LIMITER);
+        });
+    });
+    let (governor_keyed, governor_global) = (governor_keyed(), governor());
+    group.bench_function(GOVERNOR_KEY_TWICE, |bench| {
+        bench.iter(|| {
+            let key_checked = black_box(&governor_keyed).check_key(black_box(&KEY));
+            granted(key_checked.is_ok(), GOVERNOR_KEY_TWICE);
+            granted(
+                black_box(&governor_global).check().is_ok(),
+                GOVERNOR_KEY_TWICE,
+            );
         });
     });
     group.finish();
@@ -559,13 +666,16 @@ fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     }
 }
 
-/// The `composite` table: two separate calls beside one composite, if this run measured
-/// them, with governor's two checks beside the try row.
+/// The `composite` table: two separate calls beside one composite, `all` and
+/// `all_in_turn`, if this run measured them, with governor's two checks beside the try
+/// row.
 fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
     let figure = |bench: &str| nanoseconds(home, "composite", bench, 1, since);
     let rows: Vec<_> = COMPOSITE
         .iter()
-        .filter_map(|&(operation, twice, all)| Some((operation, figure(twice)?, figure(all)?)))
+        .filter_map(|&(operation, twice, all, in_turn)| {
+            Some((operation, figure(twice)?, figure(all)?, figure(in_turn)))
+        })
         .collect();
     if rows.is_empty() {
         return;
@@ -576,22 +686,60 @@ fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
         &[
             "operation",
             "two separate calls",
-            "one composite",
-            "composite ÷ separate",
+            "all",
+            "all ÷ separate",
+            "all_in_turn",
+            "in turn ÷ all",
             "governor, two checks",
-            "composite ÷ governor",
+            "all ÷ governor",
         ],
     );
-    for (index, (operation, twice, all)) in rows.into_iter().enumerate() {
-        let (peer, peer_ratio) = match governor.filter(|_| index == 0) {
-            Some(peer) => (format!("{peer:.1}"), format!("{:.2}", all / peer)),
-            None => ("—".to_owned(), "—".to_owned()),
-        };
+    for (index, (operation, twice, all, in_turn)) in rows.into_iter().enumerate() {
+        let peer = governor.filter(|_| index == 0);
         println!(
-            "| {operation} | {twice:.1} | {all:.1} | {:.2} | {peer} | {peer_ratio} |",
-            all / twice
+            "| {operation} | {twice:.1} | {all:.1} | {:.2} | {} | {} | {} | {} |",
+            all / twice,
+            ns(in_turn),
+            ratio(in_turn, Some(all)),
+            ns(peer),
+            ratio(Some(all), peer),
         );
     }
+}
+
+/// The key rows of `composite`: a key beside a global bucket, as a member of
+/// `all_in_turn` (by `Keyed::member` and by `Keyed::limiter`), as two separate calls,
+/// and governor's keyed check with a direct one, if this run measured them.
+fn print_key_composite(home: &std::path::Path, since: std::time::SystemTime) {
+    let figure = |bench: &str| nanoseconds(home, "composite", bench, 1, since);
+    let [member, limiter, twice, governor] =
+        [KEY_MEMBER, KEY_LIMITER, KEY_TWICE, GOVERNOR_KEY_TWICE].map(figure);
+    if member.is_none() {
+        return;
+    }
+    print_heading(
+        "A key beside a global bucket, try, nanoseconds per decision with the tokens there, \
+         this run:",
+        &[
+            "key as member",
+            "key as limiter",
+            "two separate calls",
+            "governor, check_key + check",
+            "member ÷ separate",
+            "member ÷ governor",
+            "limiter ÷ member",
+        ],
+    );
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        ns(member),
+        ns(limiter),
+        ns(twice),
+        ns(governor),
+        ratio(member, twice),
+        ratio(member, governor),
+        ratio(limiter, member),
+    );
 }
 
 /// The `floors` table, if this run measured them.
@@ -620,6 +768,7 @@ fn print_summary(since: std::time::SystemTime) {
     print_floors(&home, since);
     print_several_limits(&home, since);
     print_composite(&home, since);
+    print_key_composite(&home, since);
     let mut rows = Vec::new();
     for (group, per_iteration) in GROUPS {
         let figure = |bench: &str| nanoseconds(&home, group, bench, per_iteration, since);
