@@ -5,6 +5,7 @@
 //! Every test runs on tokio's paused clock, with instants on whole milliseconds.
 
 use std::pin::pin;
+use std::time::Duration;
 
 mod common;
 
@@ -168,4 +169,101 @@ async fn a_fixed_window_key_waits_for_its_next_window() {
     assert_eq!(global.stats().taken, 3);
     tokio::time::advance(secs(1)).await;
     assert_eq!(keys.retain_recent(), 1);
+}
+
+/// A key's member beside the key's own whole limiter (from `limiter` or `get`) is the
+/// same limiter twice: found when the key turns out whole, and refused, rather than its
+/// lock taken twice.
+#[tokio::test(start_paused = true)]
+async fn a_key_beside_its_own_whole_limiter_is_refused_as_a_repeated_member() {
+    let keys = per_key(Rate::per_second(1), 1);
+    let whole = keys.limiter(&1).unwrap();
+    let repeated = ConfigError::RepeatedMember {
+        first: 0,
+        second: 1,
+    };
+    let both = all((keys.member(&1), &whole)).unwrap();
+    assert_eq!(
+        both.try_acquire(1),
+        Err(TryAcquireAllError::Config(repeated))
+    );
+    assert_eq!(
+        both.acquire(1).await,
+        Err(AcquireAllError::Config(repeated))
+    );
+    assert_eq!(whole.available(), 1);
+}
+
+/// A key that refuses on its word does not hide the other members' refusals: the answer
+/// is the latest `retry_after` of all, and a member that refuses for good is named.
+#[tokio::test(start_paused = true)]
+async fn a_key_refusing_on_its_word_still_names_the_others_refusals() {
+    let keys = per_key(Rate::per_second(2), 1);
+    let global = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    all_in_turn((keys.member(&1), &global))
+        .unwrap()
+        .try_acquire(1)
+        .unwrap();
+    // The key is out for 500 ms, the global bucket for 1 s.
+    let both = all_in_turn((keys.member(&1), &global)).unwrap();
+    assert_eq!(
+        both.try_acquire(1),
+        Err(TryAcquireAllError::Limited {
+            retry_after: secs(1)
+        })
+    );
+    // Two permits: the key could give them later, the global bucket never.
+    let exceeds = Err(AcquireAllError::Member {
+        member: 1,
+        error: AcquireError::ExceedsLimit {
+            requested: 2,
+            limit: 1,
+        },
+    });
+    let keys_of_two = per_key(Rate::per_second(1), 2);
+    keys_of_two.try_acquire(&1, 2).unwrap();
+    let start = Instant::now();
+    let both = all_in_turn((keys_of_two.member(&1), &global)).unwrap();
+    assert_eq!(both.acquire(2).await, exceeds);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(keys.is_held_whole(&1), Some(false));
+}
+
+/// A key's whole limiter handed out by `limiter` or `get` plays the part its `Keyed`'s
+/// keys play, so a composite that would have it play the other is refused when made.
+#[test]
+fn a_key_s_whole_limiter_plays_its_keyed_s_part() {
+    let keys = per_key(Rate::per_second(1), 1);
+    let global = TokenBucket::new(Rate::per_second(10), 10).unwrap();
+    let other = TokenBucket::new(Rate::per_second(10), 10).unwrap();
+    all_in_turn((keys.member(&1), &global)).unwrap();
+    let whole = keys.limiter(&1).unwrap();
+    assert_eq!(
+        all((&*whole, &other)).err(),
+        Some(ConfigError::LeaderAsFollower { member: 0 })
+    );
+    let handle = keys.get(&1).unwrap();
+    assert_eq!(
+        all_in_turn((&other, &*handle)).err(),
+        Some(ConfigError::LeaderAsFollower { member: 1 })
+    );
+}
+
+/// A key that follows is made whole only when the composite joins its line, once the
+/// leader would admit it: while the leader waits, the key stays a word.
+#[tokio::test(start_paused = true)]
+async fn a_key_that_follows_is_made_whole_only_once_the_leader_would_admit() {
+    let leader = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let keys = per_key(Rate::per_second(1), 1);
+    leader.try_take(1).unwrap();
+    keys.try_acquire(&1, 1).unwrap();
+    let both = all_in_turn((&leader, keys.member(&1))).unwrap();
+    let mut waiting = pin!(both.acquire(1));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    assert_eq!(keys.is_held_whole(&1), Some(false));
+    tokio::time::advance(ms(999)).await;
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    assert_eq!(keys.is_held_whole(&1), Some(false));
+    waiting.await.unwrap();
+    assert_eq!(leader.stats().taken, 2);
 }

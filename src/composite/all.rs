@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::composite::few::Few;
-use crate::composite::held::{try_all, try_each};
+use crate::composite::held::{try_all, try_parts};
 use crate::composite::member::Members;
 use crate::composite::waiting::{acquire_all, Order};
 use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireError};
@@ -170,17 +170,22 @@ impl<M: Members> All<M> {
         acquire_all(self.members.parts(), permits, Order::AtOnce)
     }
 
-    /// [`try_acquire`](All::try_acquire), refused with each refusing member's own answer,
-    /// with its position among those given to [`all`]: for a caller that must say which
-    /// member refused. A refusing bucket counts a denial, as `try_acquire`'s does.
-    // Called by `Keyed`'s joint decision (`keyed/joint.rs`), only from tests until the
-    // HTTP layer is merged.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// [`try_acquire`](All::try_acquire) of a composite of limiters (no key of a `Keyed`),
+    /// refused with each refusing member's own answer, with its position among those
+    /// given to [`all`]: for `Keyed`'s joint decision (`keyed/joint.rs`), which must say
+    /// which member refused, over a key's whole limiter and a global one. A refusing
+    /// bucket counts a denial, as `try_acquire`'s does.
+    #[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
     pub(crate) fn try_acquire_each(
         &self,
         permits: u64,
     ) -> Result<(), Few<(usize, TryAcquireError)>> {
-        try_each(&self.members.parts(), permits, true)
+        let hooks = self.members.parts();
+        debug_assert!(
+            hooks.keys.iter().next().is_none(),
+            "a key in a joint decision"
+        );
+        try_parts(&hooks.parts, permits, true, true)
     }
 
     /// The members, as given to [`all`].

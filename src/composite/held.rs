@@ -10,8 +10,10 @@ use std::time::Duration;
 use crate::bucket::HeldBucket;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
-use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, WindowHeld};
-use crate::error::{TryAcquireAllError, TryAcquireError};
+use crate::composite::member::{
+    Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused, WindowHeld,
+};
+use crate::error::{ConfigError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::try_acquire_error;
 
 /// One member's state, held.
@@ -66,44 +68,79 @@ pub(crate) fn try_all(
 /// [`try_all`], refused with each refusing member's own answer, with its position among
 /// those given to the composite.
 pub(crate) fn try_each(hooks: &Hooks<'_>, permits: u64, count_denials: bool) -> Refusals {
-    try_keys(hooks.keys.iter(), &hooks.parts, permits, count_denials)
+    try_keys(
+        hooks.keys.iter(),
+        &hooks.parts,
+        permits,
+        count_denials,
+        true,
+    )
 }
 
 /// The keys' words first, each under its shard's lock (the shards' locks come before any
-/// limiter's), then `parts`: each key asks the rest only once its word admits, and is
-/// written only if they all do.
+/// limiter's), then `parts`: each key asks the rest once its word is decided, and is
+/// written only if its word and all the rest admit, and `commit`. A key that refuses
+/// still asks the rest, counting nothing, so that the refusal names every member that
+/// refuses and the latest `retry_after`.
 fn try_keys<'k, 'a: 'k>(
     mut keys: impl Iterator<Item = &'k IndexedKey<'a>> + Clone,
     parts: &Few<Indexed<'a>>,
     permits: u64,
     count_denials: bool,
+    commit: bool,
 ) -> Refusals {
     let Some(indexed) = keys.next() else {
-        return try_parts(parts, permits, count_denials);
+        return try_parts(parts, permits, count_denials, commit).map_err(Refused::Members);
     };
-    let mut rest = || try_keys(keys.clone(), parts, permits, count_denials);
-    let refused = |error| Err([(indexed.member, error)].into_iter().collect());
-    match indexed.key.try_with(permits, &mut rest) {
-        KeyTry::Refused(error) => refused(error),
+    let mut rest = |commit| try_keys(keys.clone(), parts, permits, count_denials, commit);
+    let refused = |error, others: Refusals| {
+        let mut refusals: Few<(usize, TryAcquireError)> = Few::new();
+        refusals.push((indexed.member, error));
+        match others {
+            Ok(()) => {}
+            Err(Refused::Members(others)) => {
+                others.into_iter().for_each(|other| refusals.push(other))
+            }
+            Err(repeated) => return Err(repeated),
+        }
+        Err(Refused::Members(refusals))
+    };
+    match indexed.key.try_with(permits, commit, &mut rest) {
+        KeyTry::Refused(error, others) => refused(error, others),
         KeyTry::Asked(refusals) => refusals,
-        // Held whole, the key is decided as a limiter, under its lock, in lock order.
+        // Held whole, the key is decided as a limiter, under its lock, in lock order;
+        // unless that limiter is a member already, whose lock would be taken twice.
         KeyTry::Whole => match indexed.key.whole() {
             Ok(part) => {
+                let same = parts
+                    .iter()
+                    .find(|other| other.part.identity() == part.identity());
+                if let Some(other) = same {
+                    let first = other.member.min(indexed.member);
+                    let second = other.member.max(indexed.member);
+                    return Err(Refused::Repeated { first, second });
+                }
                 let mut parts: Few<Indexed<'a>> = parts.iter().copied().collect();
                 parts.push(Indexed {
                     member: indexed.member,
                     part,
                 });
                 parts.sort_by_key(Indexed::lock_order);
-                try_keys(keys, &parts, permits, count_denials)
+                try_keys(keys, &parts, permits, count_denials, commit)
             }
-            Err(error) => refused(error),
+            Err(error) => refused(error, Ok(())),
         },
     }
 }
 
-/// [`try_each`] over limiters alone.
-fn try_parts(parts: &Few<Indexed<'_>>, permits: u64, count_denials: bool) -> Refusals {
+/// [`try_each`] over limiters alone; with `commit` false, it decides and counts nothing
+/// but the denials.
+pub(crate) fn try_parts(
+    parts: &Few<Indexed<'_>>,
+    permits: u64,
+    count_denials: bool,
+    commit: bool,
+) -> Result<(), Few<(usize, TryAcquireError)>> {
     let (mut held, moment) = lock_all(parts);
     let mut refusals = Few::new();
     for member in held.iter_mut() {
@@ -127,6 +164,9 @@ fn try_parts(parts: &Few<Indexed<'_>>, permits: u64, count_denials: bool) -> Ref
     if refusals.iter().next().is_some() {
         return Err(refusals);
     }
+    if !commit {
+        return Ok(());
+    }
     for member in held.iter_mut() {
         match &mut member.held {
             Held::Bucket(state) => state.take_checked(permits),
@@ -141,7 +181,13 @@ fn try_parts(parts: &Few<Indexed<'_>>, permits: u64, count_denials: bool) -> Ref
 
 /// The composite's refusal from its members': the first member given, of those refusing
 /// for good; else the latest `retry_after` of those refusing for now.
-fn summary(refusals: &Few<(usize, TryAcquireError)>) -> TryAcquireAllError {
+fn summary(refused: &Refused) -> TryAcquireAllError {
+    let refusals = match refused {
+        Refused::Members(refusals) => refusals,
+        &Refused::Repeated { first, second } => {
+            return TryAcquireAllError::Config(ConfigError::RepeatedMember { first, second })
+        }
+    };
     let mut refused: Option<(usize, TryAcquireError)> = None;
     let mut retry_after = Duration::ZERO;
     for &(member, error) in refusals.iter() {

@@ -135,11 +135,16 @@ impl<'a> Hooks<'a> {
         claim_roles(&self.seen().collect(), leader)
     }
 
-    /// The members' limiters, each key's made whole for waiting: what a composite waits
-    /// on. Refused for a new key when its `Keyed` holds as many keys as it may.
-    pub(crate) fn whole(&self) -> Result<Few<Indexed<'a>>, (usize, TryAcquireError)> {
-        let mut parts: Few<Indexed<'a>> = self.parts.iter().copied().collect();
-        for indexed in self.keys.iter() {
+    /// The limiters of the members at the positions `wanted` picks, each key's made whole
+    /// for waiting: what a composite waits on. Refused for a new key when its `Keyed`
+    /// holds as many keys as it may.
+    pub(crate) fn whole(
+        &self,
+        wanted: impl Fn(usize) -> bool,
+    ) -> Result<Few<Indexed<'a>>, (usize, TryAcquireError)> {
+        let picked = |indexed: &&Indexed<'a>| wanted(indexed.member);
+        let mut parts: Few<Indexed<'a>> = self.parts.iter().filter(picked).copied().collect();
+        for indexed in self.keys.iter().filter(|indexed| wanted(indexed.member)) {
             let part = indexed
                 .key
                 .whole()
@@ -203,7 +208,7 @@ impl<'a> Part<'a> {
     }
 
     /// What orders the limiter, with the part it plays in composites (see [`Role`]).
-    fn identity_ref(self) -> &'a Identity {
+    pub(crate) fn identity_ref(self) -> &'a Identity {
         match self {
             Part::Bucket(bucket) => bucket.identity_ref(),
             Part::Window(window) => window.identity_ref(),
@@ -252,22 +257,37 @@ pub(crate) trait KeyHook: Sync {
     fn identity(&self) -> usize;
     /// Its `Keyed`'s identity, with the part the `Keyed`'s keys play in composites.
     fn identity_ref(&self) -> &Identity;
-    /// Decides `permits` on the key's word, under its shard's lock: if the word admits
-    /// them, asks `rest` (the other members), and writes the word only if `rest` admits
-    /// them too.
-    fn try_with(&self, permits: u64, rest: &mut dyn FnMut() -> Refusals) -> KeyTry;
+    /// Decides `permits` on the key's word, under its shard's lock, and asks `rest` (the
+    /// other members) under it: to count them too if the word admits them and `commit`,
+    /// else to decide without counting. Writes the word only if `rest` admits them too,
+    /// and `commit`.
+    fn try_with(
+        &self,
+        permits: u64,
+        commit: bool,
+        rest: &mut dyn FnMut(bool) -> Refusals,
+    ) -> KeyTry;
     /// The key's whole limiter, made from its word if need be and kept from then on;
     /// refused for a new key when the `Keyed` holds as many keys as it may.
     fn whole(&self) -> Result<Part<'_>, TryAcquireError>;
 }
 
-/// What the members that refused a composite said, by position.
-pub(crate) type Refusals = Result<(), Few<(usize, TryAcquireError)>>;
+/// Whether every member admitted a composite's request.
+pub(crate) type Refusals = Result<(), Refused>;
+
+/// Why a composite's request was refused.
+pub(crate) enum Refused {
+    /// What the members that refused said, by position.
+    Members(Few<(usize, TryAcquireError)>),
+    /// A key, held whole, turned out to be the limiter of another member too: deciding
+    /// it twice would take its lock twice.
+    Repeated { first: usize, second: usize },
+}
 
 /// What [`KeyHook::try_with`] did.
 pub(crate) enum KeyTry {
-    /// The key's word refused; the other members were not asked.
-    Refused(TryAcquireError),
+    /// The key's word refused, and the other members, asked without counting, said this.
+    Refused(TryAcquireError, Refusals),
     /// The word admitted it and the other members said this: counted everywhere, or
     /// nowhere.
     Asked(Refusals),

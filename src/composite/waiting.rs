@@ -61,38 +61,45 @@ pub(crate) async fn acquire_all(
     }
     // It must wait: without a timer nothing could wake it, so say so on this first poll.
     clock::require_timer();
-    let parts = waiting_on(&hooks, order)?;
     let mut sleep = None;
-    let mut places = match order {
-        Order::AtOnce => poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?,
+    let (parts, mut places) = match order {
+        Order::AtOnce => {
+            let parts = waiting_on(&hooks, order, |_| true)?;
+            let places = poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?;
+            (parts, places)
+        }
         Order::InTurn => {
-            let leader: Few<Indexed<'_>> = parts
-                .iter()
-                .copied()
-                .filter(|indexed| indexed.member == 0)
-                .collect();
+            // A key that follows is made whole only once the composite joins its line.
+            let leader = waiting_on(&hooks, order, |member| member == 0)?;
+            let mut led = poll_fn(|context| Poll::Ready(join(&leader, permits, context))).await?;
+            // Its place in the first line is kept while it joins the others: nobody who
+            // came later to that line passes it.
+            poll_fn(|context| led.poll_decide(&leader, context, &mut sleep, Then::Keep)).await?;
+            let parts = waiting_on(&hooks, order, |_| true)?;
             let followers: Few<Indexed<'_>> = parts
                 .iter()
                 .copied()
                 .filter(|indexed| indexed.member != 0)
                 .collect();
-            let mut led = poll_fn(|context| Poll::Ready(join(&leader, permits, context))).await?;
-            // Its place in the first line is kept while it joins the others: nobody who
-            // came later to that line passes it.
-            poll_fn(|context| led.poll_decide(&leader, context, &mut sleep, Then::Keep)).await?;
             let rest = poll_fn(|context| Poll::Ready(join(&followers, permits, context))).await?;
-            led.merge(rest, &parts)
+            let places = led.merge(rest, &parts);
+            (parts, places)
         }
     };
     poll_fn(|context| places.poll_decide(&parts, context, &mut sleep, Then::Commit)).await
 }
 
-/// The limiters a composite of `hooks` waits on, in lock order: each key's made whole,
-/// which must then be a limiter no other member is, and play the part its `Keyed`'s keys
-/// play.
-fn waiting_on<'a>(hooks: &Hooks<'a>, order: Order) -> Result<Few<Indexed<'a>>, AcquireAllError> {
+/// The limiters of the members at the positions `wanted` picks, which a composite of
+/// `hooks` waits on, in lock order: each key's made whole (and kept whole by its member
+/// from then on), which must then be a limiter no other member is, and play the part its
+/// `Keyed`'s keys play.
+fn waiting_on<'a>(
+    hooks: &Hooks<'a>,
+    order: Order,
+    wanted: impl Fn(usize) -> bool,
+) -> Result<Few<Indexed<'a>>, AcquireAllError> {
     let parts = hooks
-        .whole()
+        .whole(wanted)
         .map_err(|(member, error)| AcquireAllError::Member {
             member,
             error: refusal(error),

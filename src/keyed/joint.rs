@@ -8,18 +8,16 @@
 //! by a composite (see `composite/`), which keeps both all or nothing and first in,
 //! first out.
 
-use std::any::Any;
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+use super::member::as_member;
 use super::{step, Keyed, Step, TooManyKeys};
-use crate::bucket::TokenBucket;
-use crate::composite::{all, Member};
+use crate::composite::all;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::limiter::Limiter;
 use crate::quota::{Decision, Quota};
-use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// What [`Keyed::try_acquire_with`] decided, and both limiters' quotas.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,20 +192,4 @@ fn one_after_the_other<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global
             limiter.quota()
         },
     )
-}
-
-/// `limiter` as a member of a composite, when it is one of the crate's limiters.
-fn as_member(limiter: &dyn Any) -> Option<&dyn Member> {
-    if let Some(bucket) = limiter.downcast_ref::<TokenBucket>() {
-        return Some(bucket);
-    }
-    if let Some(window) = limiter.downcast_ref::<FixedWindow>() {
-        return Some(window);
-    }
-    if let Some(log) = limiter.downcast_ref::<SlidingLog>() {
-        return Some(log);
-    }
-    limiter
-        .downcast_ref::<SlidingWindow>()
-        .map(|wheel| wheel as &dyn Member)
 }

@@ -2,16 +2,19 @@
 //! ([`all`](crate::all), [`all_in_turn`](crate::all_in_turn)), decided on the key's word
 //! while nothing waits, and made whole only to wait.
 
+use std::any::Any;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
 use super::{step, Keyed, Step, TooManyKeys};
+use crate::bucket::TokenBucket;
 use crate::composite::{KeyHook, KeyTry, Member, Part, Piece, Refusals, Sealed};
 use crate::error::TryAcquireError;
 use crate::limiter::Limiter;
 use crate::sync::Identity;
+use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 
 /// One key of a [`Keyed`] as a member of a composite, made by [`Keyed::member`]: the
 /// key's limit beside others (a global one, say) in one decision.
@@ -52,8 +55,8 @@ use crate::sync::Identity;
 /// # Ok(())
 /// # }
 /// ```
-pub struct KeyMember<K: Hash + Eq, L: Limiter> {
-    keyed: Keyed<K, L>,
+pub struct KeyMember<'a, K: Hash + Eq, L: Limiter> {
+    keyed: &'a Keyed<K, L>,
     hash: u64,
     key: K,
     /// The key's whole limiter, once a composite had to wait on it (or found it whole).
@@ -80,13 +83,13 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// assert_eq!(global.available(), 99);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn member<Q>(&self, key: &Q) -> KeyMember<K, L>
+    pub fn member<Q>(&self, key: &Q) -> KeyMember<'_, K, L>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         KeyMember {
-            keyed: self.clone(),
+            keyed: self,
             hash: self.hash(key),
             key: key.to_owned(),
             whole: OnceLock::new(),
@@ -94,7 +97,25 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 }
 
-impl<K, L> KeyHook for KeyMember<K, L>
+impl<K, L: Limiter> Keyed<K, L> {
+    /// `limiter`, a key's whole limiter about to be handed out, given the part this
+    /// `Keyed`'s keys play in composites, if they play one: so that a composite that would
+    /// have it play the other part is refused when it is made. A limiter that already
+    /// plays the other part keeps it; a composite whose key member must then wait on it is
+    /// refused ([`AcquireAllError::Config`](crate::AcquireAllError::Config)).
+    pub(super) fn with_keys_part(&self, limiter: Arc<L>) -> Arc<L> {
+        let role = self.inner.identity.role();
+        if let (Some(role), Some(member)) = (role, as_member(&*limiter)) {
+            if let Piece::Part(part) = member.part().0 {
+                // Refused when it plays the other part already: see above.
+                let _ = part.identity_ref().claim(role);
+            }
+        }
+        limiter
+    }
+}
+
+impl<K, L> KeyHook for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
     L: Limiter + Member + Send + Sync,
@@ -107,7 +128,12 @@ where
         &self.keyed.inner.identity
     }
 
-    fn try_with(&self, permits: u64, rest: &mut dyn FnMut() -> Refusals) -> KeyTry {
+    fn try_with(
+        &self,
+        permits: u64,
+        commit: bool,
+        rest: &mut dyn FnMut(bool) -> Refusals,
+    ) -> KeyTry {
         if self.whole.get().is_some() {
             return KeyTry::Whole;
         }
@@ -118,10 +144,12 @@ where
                     // Decided on a copy, written back only once the rest admit it too.
                     let mut decided = *word;
                     if let Err(refusal) = compact.try_acquire(&mut decided, permits, reading) {
-                        return KeyTry::Refused(refusal);
+                        // The rest are asked all the same, counting nothing, for their own
+                        // refusals: a later `retry_after`, or a refusal for good.
+                        return KeyTry::Refused(refusal, rest(false));
                     }
-                    let refusals = rest();
-                    if refusals.is_ok() {
+                    let refusals = rest(commit);
+                    if refusals.is_ok() && commit {
                         *word = decided;
                     }
                     KeyTry::Asked(refusals)
@@ -134,7 +162,7 @@ where
                 KeyTry::Whole
             }
             Err(TooManyKeys { max_keys }) => {
-                KeyTry::Refused(TryAcquireError::TooManyKeys { max_keys })
+                KeyTry::Refused(TryAcquireError::TooManyKeys { max_keys }, rest(false))
             }
         }
     }
@@ -157,7 +185,7 @@ where
     }
 }
 
-impl<K: Hash + Eq, L: Limiter> KeyMember<K, L> {
+impl<K: Hash + Eq, L: Limiter> KeyMember<'_, K, L> {
     /// Keeps `limiter`, the key's whole limiter, unless another thread deciding on this
     /// member kept it first (then that one, the same key's, is kept).
     fn keep(&self, limiter: Arc<L>) {
@@ -167,7 +195,7 @@ impl<K: Hash + Eq, L: Limiter> KeyMember<K, L> {
     }
 }
 
-impl<K, L> Sealed for KeyMember<K, L>
+impl<K, L> Sealed for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
     L: Limiter + Member + Send + Sync,
@@ -177,14 +205,14 @@ where
     }
 }
 
-impl<K, L> Member for KeyMember<K, L>
+impl<K, L> Member for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
     L: Limiter + Member + Send + Sync,
 {
 }
 
-impl<K: Hash + Eq, L: Limiter> Drop for KeyMember<K, L> {
+impl<K: Hash + Eq, L: Limiter> Drop for KeyMember<'_, K, L> {
     fn drop(&mut self) {
         // The key folds back into its word at once if nobody else holds it.
         if let Some(limiter) = self.whole.take() {
@@ -193,11 +221,27 @@ impl<K: Hash + Eq, L: Limiter> Drop for KeyMember<K, L> {
     }
 }
 
-impl<K: Hash + Eq + fmt::Debug, L: Limiter> fmt::Debug for KeyMember<K, L> {
+impl<K: Hash + Eq + fmt::Debug, L: Limiter> fmt::Debug for KeyMember<'_, K, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyMember")
             .field("key", &self.key)
             .field("whole", &self.whole.get().is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// `limiter` as a member of a composite, when it is one of the crate's limiters.
+pub(super) fn as_member(limiter: &dyn Any) -> Option<&dyn Member> {
+    if let Some(bucket) = limiter.downcast_ref::<TokenBucket>() {
+        return Some(bucket);
+    }
+    if let Some(window) = limiter.downcast_ref::<FixedWindow>() {
+        return Some(window);
+    }
+    if let Some(log) = limiter.downcast_ref::<SlidingLog>() {
+        return Some(log);
+    }
+    limiter
+        .downcast_ref::<SlidingWindow>()
+        .map(|wheel| wheel as &dyn Member)
 }

@@ -693,6 +693,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.with_slot(self.hash(key), key, |mut slot, at| slot.whole(at))
+            .map(|limiter| self.with_keys_part(limiter))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
@@ -734,7 +735,8 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.visit_held(key, |mut slot, at| slot.whole(at))
+        let limiter = self.visit_held(key, |mut slot, at| slot.whole(at))?;
+        Some(self.with_keys_part(limiter))
     }
 
     /// Whether `key` is held as its whole limiter (`Some(true)`) or as its state word
