@@ -143,7 +143,12 @@ impl<M: Members> AllInTurn<M> {
     /// # Errors
     ///
     /// As [`All::acquire`]: [`AcquireAllError::Member`] naming the first member that
-    /// refuses it for good, or [`AcquireAllError::NoRuntime`].
+    /// refuses it for good (a follower's full queue is found once the composite joins the
+    /// followers' lines, after its leader's wait), [`AcquireAllError::NoRuntime`], or
+    /// [`AcquireAllError::Config`] for a key member (see [`Keyed::member`]) whose whole
+    /// limiter, made to wait, is another member too or plays the other part.
+    ///
+    /// [`Keyed::member`]: crate::Keyed::member
     ///
     /// # Panics
     ///

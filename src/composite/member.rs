@@ -437,7 +437,9 @@ pub(crate) fn check_distinct<'a>(
 
 /// Gives each of `members` its part in composites for good: the member at position
 /// `leader` leads, every other follows (see [`Role`]). Refused, naming the first member
-/// (by position) that already plays the other part, and then no member is given a part.
+/// (by position) that already plays the other part, and then no member is given a part;
+/// unless another thread gave a member the other part between the look and the claim,
+/// when the members claimed before it keep the part this composite gave them.
 pub(crate) fn claim_roles(
     members: &Few<Seen<'_>>,
     leader: Option<usize>,

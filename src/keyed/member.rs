@@ -26,8 +26,10 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 /// the key whole (its whole limiter, holding exactly what the word held) and holds its
 /// place in the key's line there; every waiter of one key shares that one limiter, so the
 /// memory a waiting key costs is one whole limiter (about 950 bytes for a bucket), however
-/// many requests wait on it, and at most [`max_keys`](crate::KeyedBuilder::max_keys) keys
-/// are held. The member keeps the key's whole limiter from then on, so make one per
+/// many requests wait on it, and at most as many keys as the `Keyed` holds
+/// ([`max_keys`](crate::KeyedBuilder::max_keys), when it is set). A key that follows in an
+/// [`all_in_turn`](crate::all_in_turn) is made whole only once the composite joins its
+/// line. The member keeps the key's whole limiter from then on, so make one per
 /// request (it costs a hash of the key and a copy of it); once the member is dropped
 /// and nobody else waits on the key, the key folds back into its word.
 ///
