@@ -159,6 +159,7 @@ mod sync;
 mod composite;
 mod keyed;
 mod limiter;
+pub mod observe;
 mod quota;
 
 // The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.

@@ -3,6 +3,7 @@
 use crate::bucket::state::Settings;
 use crate::bucket::TokenBucket;
 use crate::error::ConfigError;
+use crate::observe::{Kind, Observer};
 use crate::rate::Rate;
 
 /// Settings for a [`TokenBucket`], from [`TokenBucket::builder`].
@@ -30,6 +31,7 @@ pub struct Builder {
     more: Vec<(Rate, u64)>,
     initial: Option<u64>,
     queue_limit: Option<u64>,
+    name: Option<String>,
 }
 
 impl Builder {
@@ -172,12 +174,38 @@ impl Builder {
     /// ```
     pub fn build(&self) -> Result<TokenBucket, ConfigError> {
         let rate = self.rate.ok_or(ConfigError::MissingRate)?;
-        TokenBucket::from_settings(Settings {
+        let settings = Settings {
             rate,
             capacity: self.capacity.unwrap_or(rate.amount()),
             more: self.more.clone(),
             initial: self.initial,
             queue_limit: self.queue_limit,
-        })
+        };
+        // Checked before it is named, so that a refused bucket registers no metric.
+        settings.validate()?;
+        let observer = match &self.name {
+            Some(name) => Observer::named(Kind::TokenBucket, name),
+            None => Observer::default(),
+        };
+        TokenBucket::observed(settings, observer)
+    }
+
+    /// The name the bucket reports under (see [`observe`](crate::observe)): the
+    /// `limiter` label of its metrics (feature `metrics`) and the `limiter` field of its
+    /// events (feature `tracing`). A bucket without a name reports nothing. Names are
+    /// labels, so keep them few: one per limit in the program, never one per user or
+    /// key (a [`Keyed`](crate::Keyed)'s keys are never named).
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(10)).name("search-api").build()?;
+    /// assert_eq!(bucket.name(), Some("search-api"));
+    /// assert_eq!(TokenBucket::new(Rate::per_second(10), 10)?.name(), None);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
     }
 }

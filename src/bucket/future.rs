@@ -30,9 +30,22 @@ enum Phase {
         /// The waker last registered in the queue entry by a later poll (not the first),
         /// so that a poll by the same task need not take the lock.
         registered: Option<Waker>,
+        /// Since when, and in which span, a named bucket's request waits (see
+        /// `observe/`); `None` for an unnamed bucket.
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        watched: Option<Box<Watched>>,
     },
     /// Completed; further polls return `Pending`, as a fused future does.
     Done,
+}
+
+/// A named bucket's waiting request: since when it waits, and the span it waits in.
+/// Boxed, so that it costs an unnamed bucket's requests one word.
+#[cfg(any(feature = "metrics", feature = "tracing"))]
+struct Watched {
+    since: tokio::time::Instant,
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
 }
 
 /// The state machine behind the four public futures.
@@ -56,16 +69,32 @@ impl Acquire {
     fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
         if let Phase::Idle = self.phase {
             return match self.bucket.begin(self.request, cx.waker()) {
-                Ok(None) => self.finish(Ok(())),
+                Ok(None) => {
+                    self.bucket.observer().admitted(self.request.consumes());
+                    self.finish(Ok(()))
+                }
                 Ok(Some(id)) => {
                     // Queued with this poll's waker; a refill task runs (`begin` made sure).
                     self.phase = Phase::Queued {
                         id,
                         registered: None,
+                        #[cfg(any(feature = "metrics", feature = "tracing"))]
+                        watched: self.watch(),
                     };
                     Poll::Pending
                 }
-                Err(error) => self.finish(Err(error)),
+                Err(error) => {
+                    let observer = self.bucket.observer();
+                    match error {
+                        TakeError::ExceedsCapacity { .. } | TakeError::QueueFull { .. } => {
+                            observer.refused(self.request.tokens, None);
+                        }
+                        // Its tokens could not come by its deadline: it times out at once.
+                        TakeError::Timeout => observer.timed_out(self.request.tokens),
+                        _ => {}
+                    }
+                    self.finish(Err(error))
+                }
             };
         }
         self.poll_queued(cx)
@@ -75,7 +104,7 @@ impl Acquire {
     /// (the common case) never comes here.
     #[inline(never)]
     fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { id, registered } = &mut self.phase else {
+        let Phase::Queued { id, registered, .. } = &mut self.phase else {
             return Poll::Pending;
         };
         let outcome = ready!(self.bucket.poll_outcome(*id, registered, cx));
@@ -83,15 +112,52 @@ impl Acquire {
             // Seen: dropping this future can no longer undo it.
             self.bucket.acknowledge_grant();
         }
+        self.report(outcome);
         self.finish(result_of(outcome))
+    }
+
+    /// What a named bucket keeps of a request that queues: the instant, and its span.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    fn watch(&self) -> Option<Box<Watched>> {
+        let observer = self.bucket.observer();
+        observer.name()?;
+        Some(Box::new(Watched {
+            since: tokio::time::Instant::now(),
+            #[cfg(feature = "tracing")]
+            span: observer.wait_span(self.request.tokens),
+        }))
+    }
+
+    /// Reports how a queued request ended (see `observe/`).
+    fn report(&self, outcome: Outcome) {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Phase::Queued {
+            watched: Some(watched),
+            ..
+        } = &self.phase
+        {
+            #[cfg(feature = "tracing")]
+            let _entered = watched.span.as_ref().map(tracing::Span::enter);
+            let observer = self.bucket.observer();
+            match outcome {
+                Outcome::Granted => {
+                    observer.waited(self.request.consumes(), watched.since.elapsed());
+                }
+                Outcome::TimedOut => observer.timed_out(self.request.tokens),
+                _ => {}
+            }
+        }
+        let _ = outcome;
     }
 
     /// The deadline passed: leave the queue, unless the tokens came in time.
     fn expire(&mut self) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { id, .. } = self.phase else {
+        let Phase::Queued { id, .. } = &self.phase else {
             return Poll::Pending;
         };
+        let id = *id;
         let outcome = self.bucket.leave(id, self.request, Leaving::DeadlinePassed);
+        self.report(outcome.unwrap_or(Outcome::TimedOut));
         self.finish(outcome.map_or(Err(TakeError::Timeout), result_of))
     }
 
@@ -109,8 +175,8 @@ impl Acquire {
 impl Drop for Acquire {
     #[inline]
     fn drop(&mut self) {
-        if let Phase::Queued { id, .. } = self.phase {
-            self.bucket.leave(id, self.request, Leaving::Dropped);
+        if let Phase::Queued { id, .. } = &self.phase {
+            self.bucket.leave(*id, self.request, Leaving::Dropped);
         }
     }
 }

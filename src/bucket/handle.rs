@@ -26,6 +26,7 @@ use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::observe::Observer;
 use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
@@ -60,6 +61,8 @@ pub(crate) struct Shared {
     close_watch: Mutex<CloseWatch>,
     /// Orders the bucket among a composite's members.
     identity: Identity,
+    /// What it reports through, if it was named (see `observe/`).
+    pub(crate) observer: Observer,
     /// Makes the refill task panic, to test what a panic there does.
     #[cfg(all(test, not(loom)))]
     pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
@@ -170,6 +173,7 @@ impl Shared {
 
     /// The refill task panicked: see [`TakeError::RefillFailed`].
     pub(crate) fn fail_refill(&self) {
+        self.observer.refill_failed();
         self.close(|state, _| state.fail());
     }
 
@@ -355,9 +359,47 @@ impl TokenBucket {
         Builder::default()
     }
 
+    /// The name it reports under, if [`Builder::name`] gave it one (see
+    /// [`observe`](crate::observe)).
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::builder().rate(Rate::per_second(1)).name("api").build()?;
+    /// assert_eq!(bucket.clone().name(), Some("api"));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.shared.observer.name()
+    }
+
     pub(crate) fn from_settings(settings: Settings) -> Result<TokenBucket, ConfigError> {
+        TokenBucket::observed(settings, Observer::default())
+    }
+
+    /// A bucket of `settings` reporting through `observer` (see `observe/`).
+    pub(crate) fn observed(
+        settings: Settings,
+        observer: Observer,
+    ) -> Result<TokenBucket, ConfigError> {
         settings.validate()?;
-        Ok(TokenBucket::resumed(&settings, Clock::start(), None))
+        let mut bucket = TokenBucket::resumed(&settings, Clock::start(), None);
+        if let Some(shared) = Arc::get_mut(&mut bucket.shared) {
+            // Just made: no other handle, weak or strong, and no refill task yet.
+            shared.observer = observer;
+        }
+        #[cfg(feature = "metrics")]
+        {
+            let watched = Arc::downgrade(&bucket.shared);
+            bucket.shared.observer.gauge(move || {
+                let bucket = TokenBucket {
+                    shared: watched.upgrade()?,
+                };
+                let stats = bucket.stats();
+                Some((stats.available, stats.queued))
+            });
+        }
+        Ok(bucket)
     }
 
     /// A bucket of checked `settings` on `clock`, whose one limit holds `ledger` if given
@@ -391,6 +433,7 @@ impl TokenBucket {
                 limits: 1 + settings.more.len(),
                 close_watch: Mutex::new(CloseWatch::Unwatched),
                 identity: Identity::new(),
+                observer: Observer::default(),
                 #[cfg(all(test, not(loom)))]
                 panic_in_refill: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -437,9 +480,25 @@ impl TokenBucket {
     #[inline]
     pub fn try_take(&self, tokens: u64) -> Result<(), TryTakeError> {
         let now = self.shared.clock.now();
-        match self.shared.fast.try_take(tokens, now) {
+        let result = match self.shared.fast.try_take(tokens, now) {
             Some(result) => result,
             None => self.try_take_locked(tokens, now),
+        };
+        self.report(tokens, &result);
+        result
+    }
+
+    /// Reports a `try_take` of `tokens` decided `result` (see `observe/`): nothing at all
+    /// for an unnamed bucket but the test of its observer.
+    #[inline]
+    fn report(&self, tokens: u64, result: &Result<(), TryTakeError>) {
+        let observer = &self.shared.observer;
+        match result {
+            Ok(()) => observer.admitted(tokens),
+            Err(TryTakeError::Insufficient { retry_after }) => {
+                observer.refused(tokens, Some(*retry_after));
+            }
+            Err(_) => observer.refused(tokens, None),
         }
     }
 
@@ -456,10 +515,17 @@ impl TokenBucket {
     #[inline]
     pub(crate) fn try_take_quota(&self, tokens: u64) -> (Result<(), TryTakeError>, Quota) {
         let now = self.shared.clock.now();
-        match self.shared.fast.try_take_quota(tokens, now) {
+        let decided = match self.shared.fast.try_take_quota(tokens, now) {
             Some(decided) => decided,
             None => self.try_take_quota_locked(tokens, now),
-        }
+        };
+        self.report(tokens, &decided.0);
+        decided
+    }
+
+    /// What the bucket reports through (see `observe/`).
+    pub(crate) fn observer(&self) -> &Observer {
+        &self.shared.observer
     }
 
     /// `try_take_quota` when the word sends it to the lock: out of line, as
@@ -921,6 +987,9 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn close(&self) {
+        if !self.is_closed() {
+            self.shared.observer.closed();
+        }
         self.shared.close(|state, now| state.close(now));
     }
 
