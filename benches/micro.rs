@@ -102,6 +102,16 @@
 //!   `Arc` clone and the whole bucket's locked path. The summary prints both tables, with
 //!   the ratios in turn ÷ all, member ÷ separate calls and member ÷ governor.
 //!
+//! - `observe`: what naming a bucket costs (issue 24): `try_take(1)` and `take(1).await`
+//!   with the tokens there on [`ours`] unnamed (`*-unnamed`) and, with the feature
+//!   `metrics`, on the same named, its counters registered with
+//!   `metrics-exporter-prometheus`'s recorder (`*-named`): each decision then increments
+//!   one of that exporter's atomic counters. Run it once without features and once with
+//!   `--features metrics` to see that the unnamed figures do not move, and the named
+//!   one's cost beside one `fetch_add` (the `floors` group):
+//!   `cargo bench --bench micro -- 'observe|floors'` and
+//!   `cargo bench --features metrics --bench micro -- 'observe|floors'`.
+//!
 //! - `floors`: what the operations above are made of, on this machine, this run: one read
 //!   of tokio's clock, one uncontended compare-and-swap, one uncontended `fetch_add`, and
 //!   an `Arc` cloned and dropped. A `try_take` that takes on the fast path reads the clock
@@ -456,6 +466,51 @@ fn several_limits(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `observe` group's benchmarks: (operation, unnamed bucket, named bucket). The named
+/// ones exist only with the feature `metrics`.
+const OBSERVE: [(&str, &str, &str); 2] = [
+    ("try_take(1)", "try_take-unnamed", "try_take-named"),
+    ("take(1).await", "take-unnamed", "take-named"),
+];
+
+/// [`ours`], named, its metrics registered with a Prometheus recorder (as
+/// `metrics-exporter-prometheus` installs it, without its HTTP listener): the counters a
+/// decision increments are that exporter's atomics.
+#[cfg(feature = "metrics")]
+fn ours_named(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> TokenBucket {
+    metrics::with_local_recorder(recorder, || {
+        TokenBucket::builder()
+            .rate(Rate::per_second(u64::from(AMPLE)))
+            .capacity(u64::from(AMPLE))
+            .name("bench")
+            .build()
+            .expect("a valid configuration")
+    })
+}
+
+fn observe(c: &mut Criterion) {
+    let runtime = current_thread_runtime();
+    let mut group = c.benchmark_group("observe");
+    let [(_, try_unnamed, _try_named), (_, take_unnamed, _take_named)] = OBSERVE;
+    #[cfg(feature = "metrics")]
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
+    let mut buckets = vec![(try_unnamed, take_unnamed, ours())];
+    #[cfg(feature = "metrics")]
+    buckets.push((_try_named, _take_named, ours_named(&recorder)));
+    for (try_bench, take_bench, bucket) in buckets {
+        group.bench_function(try_bench, |b| {
+            b.iter(|| granted(black_box(&bucket).try_take(1).is_ok(), try_bench));
+        });
+        group.bench_function(take_bench, |b| {
+            b.to_async(&runtime).iter(|| async {
+                granted(black_box(&bucket).take(1).await.is_ok(), take_bench);
+            });
+        });
+    }
+    group.finish();
+}
+
 /// The `composite` group's benchmarks over two buckets: (operation, two separate calls,
 /// one `all` composite, one `all_in_turn` composite).
 const COMPOSITE: [(&str, &str, &str, &str); 2] = [
@@ -619,7 +674,7 @@ criterion_group! {
     name = micro;
     config = config();
     targets = floors, try_take_1_thread, try_take_2_threads, take_available, stream_throttle,
-        several_limits, composite
+        several_limits, composite, observe
 }
 
 // ---------------------------------------------------------------------------------------
@@ -663,6 +718,42 @@ fn print_several_limits(home: &std::path::Path, since: std::time::SystemTime) {
     );
     for (operation, one, two) in rows {
         println!("| {operation} | {one:.1} | {two:.1} | {:.2} |", two / one);
+    }
+}
+
+/// The `observe` table: a bucket unnamed beside one named (with the feature `metrics`),
+/// with the difference beside one uncontended `fetch_add`, if this run measured them.
+fn print_observe(home: &std::path::Path, since: std::time::SystemTime) {
+    let figure = |bench: &str| nanoseconds(home, "observe", bench, 1, since);
+    let fetch_add = nanoseconds(home, "floors", FLOORS_MEASURED[2].0, 1, since);
+    let rows: Vec<_> = OBSERVE
+        .iter()
+        .filter_map(|&(operation, unnamed, named)| {
+            Some((operation, figure(unnamed)?, figure(named)))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    print_heading(
+        "Observing, nanoseconds per operation with the tokens there, this run:",
+        &[
+            "operation",
+            "unnamed",
+            "named, Prometheus recorder",
+            "named − unnamed",
+            "one fetch_add",
+        ],
+    );
+    let cell =
+        |figure: Option<f64>| figure.map_or("—".to_owned(), |figure| format!("{figure:.1}"));
+    for (operation, unnamed, named) in rows {
+        println!(
+            "| {operation} | {unnamed:.1} | {} | {} | {} |",
+            cell(named),
+            cell(named.map(|named| named - unnamed)),
+            cell(fetch_add),
+        );
     }
 }
 
@@ -769,6 +860,7 @@ fn print_summary(since: std::time::SystemTime) {
     print_several_limits(&home, since);
     print_composite(&home, since);
     print_key_composite(&home, since);
+    print_observe(&home, since);
     let mut rows = Vec::new();
     for (group, per_iteration) in GROUPS {
         let figure = |bench: &str| nanoseconds(&home, group, bench, per_iteration, since);
