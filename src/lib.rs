@@ -223,6 +223,9 @@ mod doc_pages {
     #[doc = include_str!("../docs/http.md")]
     struct Http;
 
+    #[doc = include_str!("../docs/metrics.md")]
+    struct Metrics;
+
     #[doc = include_str!("../docs/per-key.md")]
     struct PerKey;
 
