@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod gauges;
+mod keyed;
 
 pub use gauges::record_gauges;
 
@@ -57,7 +58,6 @@ pub const QUEUED_REQUESTS: &str = "token_bucket_queued_requests";
 
 /// Which kind of limiter reports: the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Until every kind of limiter can be named.
 pub(crate) enum Kind {
     TokenBucket,
     FixedWindow,
