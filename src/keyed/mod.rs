@@ -32,6 +32,7 @@ use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
+use crate::observe::KeyedObserver;
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicUsize, Identity, Mutex, MutexGuard};
 
@@ -198,8 +199,10 @@ struct Inner<K, L> {
     shards: Box<[ShardLock<K, L>]>,
     /// Hashes a key once a call: the hash picks its shard and its place in the shard.
     hasher: RandomState,
-    /// Keys held, over all shards, counting those being added.
-    keys: AtomicUsize,
+    /// Keys held, over all shards, counting those being added. Shared with the keys
+    /// gauge of a named `Keyed`, which holds it weakly, so as to read it without holding
+    /// the keys (whose type may be neither `Send` nor `'static`).
+    keys: Arc<AtomicUsize>,
     max_keys: Option<usize>,
     clock: Clock,
     /// The earliest instant (on `clock`) the next sweep for room may start. Only one such
@@ -208,6 +211,8 @@ struct Inner<K, L> {
     /// Orders its keys' shard locks among a composite's members, with the part its keys
     /// play in composites (see `keyed/member.rs`).
     identity: Identity,
+    /// What it reports through, if it was named (see `observe/`).
+    observer: KeyedObserver,
 }
 
 /// A shard on cache lines of its own, so that threads locking neighbouring shards do not
@@ -263,11 +268,22 @@ impl<K, L: Limiter> Keyed<K, L> {
             template,
             max_keys: None,
             shards: None,
+            name: None,
             keys: PhantomData,
         }
     }
 
     fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
+        Keyed::observed(template, max_keys, shards, KeyedObserver::default())
+    }
+
+    /// A `Keyed` of checked settings reporting through `observer` (see `observe/`).
+    fn observed(
+        template: L,
+        max_keys: Option<usize>,
+        shards: usize,
+        observer: KeyedObserver,
+    ) -> Keyed<K, L> {
         // A copy nobody else holds: the compact form reads its settings once, here, and
         // keys made whole later must be made with the same ones.
         let template = template.fresh();
@@ -280,11 +296,12 @@ impl<K, L: Limiter> Keyed<K, L> {
                 template,
                 shards,
                 hasher: RandomState::new(),
-                keys: AtomicUsize::new(0),
+                keys: Arc::new(AtomicUsize::new(0)),
                 max_keys,
                 clock: Clock::start(),
                 next_room_sweep: Mutex::new(0),
                 identity: Identity::new(),
+                observer,
             }),
         }
     }
@@ -360,6 +377,33 @@ impl<K, L> Keyed<K, L> {
     pub fn shards(&self) -> usize {
         self.inner.shards.len()
     }
+
+    /// The name it reports under, if [`KeyedBuilder::name`] gave it one (see
+    /// [`observe`](crate::observe)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{Keyed, Rate, TokenBucket};
+    ///
+    /// let template = TokenBucket::new(Rate::per_second(1), 1)?;
+    /// let named: Keyed<u32, _> = Keyed::builder(template.clone()).name("per-user").build()?;
+    /// assert_eq!(named.clone().name(), Some("per-user"));
+    /// assert_eq!(Keyed::<u32, _>::new(template).name(), None);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.inner.observer.name()
+    }
+
+    /// Reports a new key wanting `permits` refused for want of room, and returns the
+    /// refusal.
+    #[cold]
+    fn refused_key(&self, refusal: TooManyKeys, permits: u64) -> TryAcquireError {
+        self.inner.observer.too_many_keys(permits);
+        let TooManyKeys { max_keys } = refusal;
+        TryAcquireError::TooManyKeys { max_keys }
+    }
 }
 
 impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
@@ -412,11 +456,14 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     {
         let step = self
             .with_slot(self.hash(key), key, |slot, at| try_step(slot, at, permits))
-            .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
-        match step {
+            .map_err(|refusal| self.refused_key(refusal, permits))?;
+        // The key's own limiter is never named: the `Keyed` reports for it.
+        let result = match step {
             Step::Decided(result) => result,
             Step::Call(limiter) => limiter.try_acquire(permits),
-        }
+        };
+        self.inner.observer.decisions().decided(permits, &result);
+        result
     }
 
     /// [`try_acquire`](Keyed::try_acquire) for `key`, and the [`Quota`] it leaves the
@@ -466,14 +513,19 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
                 compact.try_acquire_decision(word, permits, reading)
             })
         });
-        match decided {
+        let decision = match decided {
             Ok(Step::Decided(decision)) => decision,
             Ok(Step::Call(limiter)) => limiter.try_acquire_decision(permits),
-            Err(TooManyKeys { max_keys }) => Decision {
-                result: Err(TryAcquireError::TooManyKeys { max_keys }),
-                quota: None,
-            },
-        }
+            Err(refusal) => {
+                return Decision {
+                    result: Err(self.refused_key(refusal, permits)),
+                    quota: None,
+                }
+            }
+        };
+        let observer = self.inner.observer.decisions();
+        observer.decided(permits, &decision.result);
+        decision
     }
 
     /// The budget of every key: the template's [`Limiter::policy`].
@@ -646,11 +698,21 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
                 .with_slot(hash, held.key.borrow(), |slot, at| {
                     acquire_step(slot, at, permits)
                 })
-                .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys })?;
-            match step {
-                Step::Decided(result) => result,
-                Step::Call(limiter) => held.limiter.insert(limiter).acquire(permits).await,
-            }
+                .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys });
+            let result = match step {
+                Ok(Step::Decided(result)) => result,
+                Err(refused) => Err(refused),
+                Ok(Step::Call(limiter)) => {
+                    let acquire = held.limiter.insert(limiter).acquire(permits);
+                    let inner = &held.keyed.inner;
+                    if inner.observer.name().is_none() {
+                        return acquire.await;
+                    }
+                    return watched(&inner.clock, &inner.observer, permits, acquire).await;
+                }
+            };
+            held.keyed.inner.observer.acquired(permits, &result, None);
+            result
         }
     }
 
@@ -1005,7 +1067,9 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// Sweeps `shard` (see [`Shard::sweep`]).
     fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
         let inner = &self.inner;
-        shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher)
+        let forgotten = shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher);
+        inner.observer.forgot(forgotten);
+        forgotten
     }
 
     /// Lets go of `limiter`, a handle on the whole limiter of `key` (whose hash is
@@ -1090,6 +1154,41 @@ fn on_word<L: Limiter, D>(
     let at = at?;
     let word = slot.word(at)?;
     Some(decide(at.compact, word, at.reading))
+}
+
+/// Awaits `acquire`, a named `Keyed`'s request for `permits` on its key's whole
+/// limiter, and reports how it ended to `observer`: decided on its first poll, or after
+/// waiting from then (on `clock`), the wait in a span of its own.
+async fn watched<F: Future<Output = Result<(), AcquireError>>>(
+    clock: &Clock,
+    observer: &KeyedObserver,
+    permits: u64,
+    acquire: F,
+) -> Result<(), AcquireError> {
+    let since = clock.now();
+    let mut acquire = std::pin::pin!(acquire);
+    let first_poll =
+        std::future::poll_fn(|context| std::task::Poll::Ready(acquire.as_mut().poll(context)))
+            .await;
+    if let std::task::Poll::Ready(result) = first_poll {
+        observer.acquired(permits, &result, None);
+        return result;
+    }
+    #[cfg(feature = "tracing")]
+    let span = observer.decisions().wait_span(permits);
+    #[cfg(feature = "tracing")]
+    let result = match &span {
+        Some(span) => tracing::Instrument::instrument(acquire, span.clone()).await,
+        None => acquire.await,
+    };
+    #[cfg(not(feature = "tracing"))]
+    let result = acquire.await;
+    let waited = std::time::Duration::from_nanos(clock.now().saturating_sub(since));
+    // Reported in the wait's span, as the grant ends the wait.
+    #[cfg(feature = "tracing")]
+    let _entered = span.as_ref().map(tracing::Span::enter);
+    observer.acquired(permits, &result, Some(waited));
+    result
 }
 
 /// What a `Keyed::acquire` future owns: its key, and the key's whole limiter once it
@@ -1192,6 +1291,7 @@ pub struct KeyedBuilder<K, L> {
     template: L,
     max_keys: Option<usize>,
     shards: Option<usize>,
+    name: Option<String>,
     keys: PhantomData<fn() -> K>,
 }
 
@@ -1275,7 +1375,59 @@ impl<K, L: Limiter> KeyedBuilder<K, L> {
                 })
             }
         };
-        Ok(Keyed::with_settings(self.template, self.max_keys, shards))
+        // Checked before it is named, so that a refused `Keyed` registers no metric.
+        let Some(name) = &self.name else {
+            return Ok(Keyed::with_settings(self.template, self.max_keys, shards));
+        };
+        let observer = KeyedObserver::named(name);
+        let keyed = Keyed::observed(self.template, self.max_keys, shards, observer);
+        #[cfg(feature = "metrics")]
+        {
+            let keys = Arc::downgrade(&keyed.inner.keys);
+            let observer = &keyed.inner.observer;
+            observer.gauge(move || Some(keys.upgrade()?.load(Ordering::Relaxed)));
+        }
+        Ok(keyed)
+    }
+
+    /// The name the `Keyed` reports under (see [`observe`](crate::observe)): the
+    /// `limiter` label of its metrics (feature `metrics`, with the label `kind` =
+    /// `keyed`) and the `limiter` field of its events (feature `tracing`). A `Keyed`
+    /// without a name reports nothing. Any string is a name, the empty one included.
+    /// Names are labels, so keep them few: one per limit in the program.
+    ///
+    /// Keys are never labels, and its keys' limiters are never named: the `Keyed` reports
+    /// their decisions under its own name. From [`try_acquire`](Keyed::try_acquire),
+    /// [`try_acquire_decision`](Keyed::try_acquire_decision) and
+    /// [`acquire`](Keyed::acquire): the permits admitted
+    /// (`token_bucket_admitted_permits_total`), the requests refused
+    /// (`token_bucket_refused_requests_total`, with a `debug` event), and the requests
+    /// that waited (`token_bucket_waited_requests_total`, the seconds they waited in
+    /// `token_bucket_wait_seconds`, and a `debug` span around each wait). Of its keys:
+    /// new keys refused with [`TooManyKeys`](TryAcquireError::TooManyKeys)
+    /// ([`TOO_MANY_KEYS`](crate::observe::TOO_MANY_KEYS), each also counted as refused),
+    /// idle keys forgotten by its sweeps ([`FORGOTTEN_KEYS`](crate::observe::FORGOTTEN_KEYS)),
+    /// and the keys held, a gauge ([`KEYS`](crate::observe::KEYS)) set by
+    /// [`record_gauges`](crate::observe::record_gauges). Its metrics are registered when
+    /// it is built, with the recorder installed then.
+    ///
+    /// What it leaves out: the calls on a key's limiter handed out by
+    /// [`get`](Keyed::get) or [`limiter`](Keyed::limiter), and its keys' part in
+    /// composites ([`member`](Keyed::member)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{Keyed, Rate, TokenBucket};
+    ///
+    /// let per_user: Keyed<u64, TokenBucket> =
+    ///     Keyed::builder(TokenBucket::new(Rate::per_second(5), 5)?).name("per-user").build()?;
+    /// assert_eq!(per_user.name(), Some("per-user"));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> KeyedBuilder<K, L> {
+        self.name = Some(name.into());
+        self
     }
 }
 
@@ -1284,6 +1436,7 @@ impl<K, L> fmt::Debug for KeyedBuilder<K, L> {
         f.debug_struct("KeyedBuilder")
             .field("max_keys", &self.max_keys)
             .field("shards", &self.shards)
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }

@@ -9,7 +9,9 @@
 //! # Metrics
 //!
 //! Each series carries the labels `limiter` (the name) and `kind` (`token_bucket`,
-//! `fixed_window`, `sliding_log`, `sliding_window`). A metric's handles are registered
+//! `fixed_window`, `sliding_log`, `sliding_window`, `keyed`: a [`Keyed`](crate::Keyed)
+//! reports its keys' decisions and its keys under its own name, see
+//! [`KeyedBuilder::name`](crate::KeyedBuilder::name)). A metric's handles are registered
 //! when the limiter is named, with the recorder installed then: install the exporter's
 //! recorder first, as the `metrics` crate asks of every library. On the hot path a
 //! named limiter's decision costs one increment of a registered counter (one relaxed
@@ -37,8 +39,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod gauges;
+mod keyed;
 
 pub use gauges::record_gauges;
+pub(crate) use keyed::KeyedObserver;
+pub use keyed::{FORGOTTEN_KEYS, KEYS, TOO_MANY_KEYS};
 
 /// Permits admitted, counted when admitted: a counter.
 pub const ADMITTED_PERMITS: &str = "token_bucket_admitted_permits_total";
@@ -57,12 +62,12 @@ pub const QUEUED_REQUESTS: &str = "token_bucket_queued_requests";
 
 /// Which kind of limiter reports: the `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Until every kind of limiter can be named.
 pub(crate) enum Kind {
     TokenBucket,
     FixedWindow,
     SlidingLog,
     SlidingWindow,
+    Keyed,
 }
 
 impl Kind {
@@ -73,6 +78,7 @@ impl Kind {
             Kind::FixedWindow => "fixed_window",
             Kind::SlidingLog => "sliding_log",
             Kind::SlidingWindow => "sliding_window",
+            Kind::Keyed => "keyed",
         }
     }
 }

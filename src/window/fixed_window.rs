@@ -10,6 +10,7 @@ use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
 use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
+use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
@@ -133,6 +134,9 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 #[derive(Clone)]
 pub struct FixedWindow {
     shared: Arc<Shared>,
+    /// What this handle reports through (see `observe/`): on the handle, beside the
+    /// shared state, so that naming never depends on who else holds that state.
+    observer: Observer,
 }
 
 /// What every clone of a [`FixedWindow`] points to.
@@ -216,7 +220,72 @@ impl FixedWindow {
                 turnstile: Turnstile::default(),
                 identity: Identity::new(),
             }),
+            observer: Observer::default(),
         }
+    }
+
+    /// This limiter, reporting under `name` (see [`observe`](crate::observe)): the
+    /// `limiter` label of its metrics (feature `metrics`, with the label `kind` =
+    /// `fixed_window`) and the `limiter` field of its events (feature `tracing`). A
+    /// limiter without a name reports nothing. Any string is a name, the empty one
+    /// included. Names are labels, so keep them few: one per limit in the program, never
+    /// one per user or key (a [`Keyed`](crate::Keyed)'s keys are never named, and
+    /// [`fresh`](Limiter::fresh) limiters are unnamed).
+    ///
+    /// It reports the permits `try_acquire` admits and the requests it refuses (a
+    /// `debug` event with the `retry_after`), the permits `acquire` admits on its first
+    /// poll, and the requests that waited, with the time they waited (a histogram) and a
+    /// `debug` span around each wait. A [composite](crate::all) admitting a request over
+    /// it counts the permits as admitted here. [`record_gauges`] sets its gauges: the
+    /// permits left in the current window, and the requests waiting in line. A window
+    /// has no close: nothing is reported for one.
+    ///
+    /// The name lives on this handle and on the clones made from it afterwards; clones
+    /// made before are not named, nor are the composites built over them. So name it as
+    /// it is made. Its metrics are registered now, with the recorder installed now.
+    /// Naming it again gives the handle the new name; the gauges of the old one are set
+    /// too, by [`record_gauges`], while the limiter lives.
+    ///
+    /// [`record_gauges`]: crate::observe::record_gauges
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, Limiter};
+    ///
+    /// let login = FixedWindow::new(10, Duration::from_secs(60))?.named("login");
+    /// assert_eq!(login.name(), Some("login"));
+    /// assert_eq!(login.clone().name(), Some("login"));
+    /// assert_eq!(login.fresh().name(), None);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn named(mut self, name: impl Into<String>) -> FixedWindow {
+        let name: String = name.into();
+        self.observer = Observer::named(Kind::FixedWindow, &name);
+        #[cfg(feature = "metrics")]
+        {
+            let watched = Arc::downgrade(&self.shared);
+            self.observer.gauge(move || {
+                let shared = watched.upgrade()?;
+                let available = shared.limit - shared.current().1.count;
+                Some((available, shared.turnstile.waiting()))
+            });
+        }
+        self
+    }
+
+    /// The name it reports under, if [`named`](FixedWindow::named) gave this handle one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// assert_eq!(limiter.name(), None);
+    /// assert_eq!(limiter.named("search").name(), Some("search"));
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.observer.name()
     }
 
     /// The most permits admitted per window.
@@ -550,7 +619,9 @@ impl Limiter for FixedWindow {
     /// ```
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
         // Reading nothing more: the compiler drops the reading altogether.
-        self.shared.decide(permits, |_, _, _| ()).0
+        let result = self.shared.decide(permits, |_, _, _| ()).0;
+        self.observer.decided(permits, &result);
+        result
     }
 
     /// Acquires `permits`, waiting first in, first out behind the other waiters until a
@@ -596,6 +667,7 @@ impl Limiter for FixedWindow {
             return Ok(());
         }
         if shared.exceeds_limit(permits) {
+            self.observer.refused(permits, None);
             return Err(AcquireError::ExceedsLimit {
                 requested: permits,
                 limit: shared.limit,
@@ -604,7 +676,7 @@ impl Limiter for FixedWindow {
         let attempt = |permits, as_of| shared.admit_head(permits, as_of);
         shared
             .turnstile
-            .acquire(&shared.clock, permits, attempt)
+            .acquire(&shared.clock, permits, &self.observer, attempt)
             .await
     }
 
@@ -818,6 +890,7 @@ impl Limiter for FixedWindow {
         let (result, quota) = shared.decide(permits, |now, current, line| {
             shared.quota_at(now, current, line)
         });
+        self.observer.decided(permits, &result);
         Decision {
             result,
             quota: Some(quota.unwrap_or_else(|| shared.quota())),
@@ -1016,6 +1089,8 @@ impl Packing {
 /// composite seizes it and nobody joins the line meanwhile; released when dropped.
 struct HeldFixed<'a> {
     shared: &'a Shared,
+    /// The handle's: a composite's admission counts as admitted here.
+    observer: &'a Observer,
     line: crate::sync::MutexGuard<'a, Line>,
     /// The decision's instant on this limiter's clock.
     now: u64,
@@ -1082,7 +1157,10 @@ impl WindowHeld for HeldFixed<'_> {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return self.now,
+                Ok(_) => {
+                    self.observer.admitted(permits);
+                    return self.now;
+                }
                 Err(actual) => word = actual,
             }
         }
@@ -1118,6 +1196,7 @@ impl Window for FixedWindow {
         shared.state.fetch_or(SEIZED, Ordering::AcqRel);
         Box::new(HeldFixed {
             shared,
+            observer: &self.observer,
             line,
             now: shared.clock.at(moment),
         })

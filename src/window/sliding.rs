@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
+use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
@@ -85,6 +86,9 @@ pub(crate) struct Settings<Extra> {
 /// A cheap-to-clone handle on a sliding limiter; what the public types wrap.
 pub(crate) struct Sliding<T: Tally> {
     shared: Arc<Shared<T>>,
+    /// What this handle reports through (see `observe/`): on the handle, beside the
+    /// shared state, so that naming never depends on who else holds that state.
+    observer: Observer,
 }
 
 struct Shared<T: Tally> {
@@ -102,6 +106,7 @@ impl<T: Tally> Clone for Sliding<T> {
     fn clone(&self) -> Self {
         Sliding {
             shared: Arc::clone(&self.shared),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -123,7 +128,31 @@ impl<T: Tally> Sliding<T> {
                 turnstile: Turnstile::default(),
                 identity: Identity::new(),
             }),
+            observer: Observer::default(),
         }
+    }
+
+    /// This handle, reporting as a limiter of `kind` named `name`, its gauges read at
+    /// each `record_gauges` while the limiter lives (see `observe/`).
+    pub(crate) fn named(mut self, kind: Kind, name: &str) -> Sliding<T> {
+        self.observer = Observer::named(kind, name);
+        #[cfg(feature = "metrics")]
+        {
+            let watched = Arc::downgrade(&self.shared);
+            self.observer.gauge(move || {
+                let sliding = Sliding {
+                    shared: watched.upgrade()?,
+                    observer: Observer::default(),
+                };
+                Some((sliding.available(), sliding.shared.turnstile.waiting()))
+            });
+        }
+        self
+    }
+
+    /// The name it reports under, if it has one.
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.observer.name()
     }
 
     pub(crate) fn settings(&self) -> &Settings<T::Extra> {
@@ -290,12 +319,15 @@ impl<T: Tally> Sliding<T> {
     }
 
     pub(crate) fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.decide(permits, |_, _, _| ()).0
+        let result = self.decide(permits, |_, _, _| ()).0;
+        self.observer.decided(permits, &result);
+        result
     }
 
     pub(crate) fn try_acquire_decision(&self, permits: u64) -> Decision {
         let (result, quota) =
             self.decide(permits, |tally, line, now| self.quota_in(tally, line, now));
+        self.observer.decided(permits, &result);
         Decision {
             result,
             quota: Some(quota.unwrap_or_else(|| self.quota())),
@@ -305,13 +337,16 @@ impl<T: Tally> Sliding<T> {
     pub(crate) async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
         match self.screen(permits) {
             Screened::ExceedsLimit { requested, limit } => {
+                self.observer.refused(permits, None);
                 Err(AcquireError::ExceedsLimit { requested, limit })
             }
             Screened::Nothing => Ok(()),
             Screened::Decide => {
                 let attempt = |permits, as_of| self.admit_head(permits, as_of);
-                let clock = &self.shared.clock;
-                self.shared.turnstile.acquire(clock, permits, attempt).await
+                let (clock, turnstile) = (&self.shared.clock, &self.shared.turnstile);
+                turnstile
+                    .acquire(clock, permits, &self.observer, attempt)
+                    .await
             }
         }
     }
@@ -342,6 +377,7 @@ impl<T: Tally> Sliding<T> {
 
     /// A new, empty limiter on this one's clock: a time wheel's slots stay aligned to the
     /// template's, so a fresh copy behaves exactly as the template would when empty.
+    /// Unnamed, as every fresh limiter is.
     pub(crate) fn fresh(&self) -> Sliding<T> {
         Sliding::with_clock(self.shared.settings, self.shared.clock.clone())
     }
@@ -395,6 +431,8 @@ impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
 
     fn record(&mut self, permits: u64) -> u64 {
         self.tally.record(permits, self.now);
+        // The handle's: a composite's admission counts as admitted here.
+        self.sliding.observer.admitted(permits);
         self.now
     }
 }
@@ -495,13 +533,81 @@ fn ready_at(tally: &impl Tally, limit: u64, requests: &[u64], from: u64) -> u128
 }
 
 /// Gives a public type whose field `sliding` holds its [`Sliding`] handle what both
-/// sliding limiters have: [`Limiter`](crate::Limiter), `Debug`, and the accessors
-/// `limit`, `window` and `queued_permits`. `$example` makes one admitting 2 permits a
-/// second, for the accessors' examples; `$counts` says how long a permit counts, and
-/// `$full_after` is how long the one it admits at the start counts 250 ms later.
+/// sliding limiters have: [`Limiter`](crate::Limiter), `Debug`, naming, and the
+/// accessors `limit`, `window` and `queued_permits`. `$example` makes one admitting 2
+/// permits a second, for the accessors' examples; `$counts` says how long a permit
+/// counts, and `$full_after` is how long the one it admits at the start counts 250 ms
+/// later. `$kind` is its [`Kind`], whose label is `$kind_label`.
 macro_rules! impl_limiter {
-    ($limiter:ident, $example:literal, $counts:literal, $full_after:literal) => {
+    (
+        $limiter:ident,
+        $example:literal,
+        $counts:literal,
+        $full_after:literal,
+        $kind:ident,
+        $kind_label:literal
+    ) => {
         impl $limiter {
+            #[doc = concat!(
+                        "This limiter, reporting under `name` (see [`observe`](crate::observe)): ",
+                        "the `limiter` label of its metrics (feature `metrics`, with the label ",
+                        "`kind` = `", $kind_label, "`) and the `limiter` field of its events ",
+                        "(feature `tracing`). A limiter without a name reports nothing. Any ",
+                        "string is a name, the empty one included. Names are labels, so keep ",
+                        "them few: one per limit in the program, never one per user or key (a ",
+                        "[`Keyed`](crate::Keyed)'s keys are never named, and ",
+                        "[`fresh`](crate::Limiter::fresh) limiters are unnamed).\n\n",
+                        "It reports the permits `try_acquire` admits and the requests it ",
+                        "refuses (a `debug` event with the `retry_after`), the permits ",
+                        "`acquire` admits on its first poll, and the requests that waited, with ",
+                        "the time they waited (a histogram) and a `debug` span around each ",
+                        "wait. A [composite](crate::all) admitting a request over it counts the ",
+                        "permits as admitted here. ",
+                        "[`record_gauges`](crate::observe::record_gauges) sets its gauges: the ",
+                        "permits that would fit now, and the requests waiting in line. It has ",
+                        "no close: nothing is reported for one.\n\n",
+                        "The name lives on this handle and on the clones made from it ",
+                        "afterwards; clones made before are not named, nor are the composites ",
+                        "built over them. So name it as it is made. Its metrics are registered ",
+                        "now, with the recorder installed now. Naming it again gives the handle ",
+                        "the new name; the gauges of the old one are set too, by ",
+                        "[`record_gauges`](crate::observe::record_gauges), while the limiter ",
+                        "lives.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",
+                        "let limiter = ", $example, "?.named(\"upstream\");\n",
+                        "assert_eq!(limiter.name(), Some(\"upstream\"));\n",
+                        "assert_eq!(limiter.clone().name(), Some(\"upstream\"));\n",
+                        "assert_eq!(limiter.fresh().name(), None);\n",
+                        "# Ok::<(), token_bucket::ConfigError>(())\n",
+                        "```",
+                    )]
+            pub fn named(self, name: impl Into<String>) -> $limiter {
+                let name: String = name.into();
+                $limiter {
+                    sliding: self
+                        .sliding
+                        .named($crate::observe::Kind::$kind, &name),
+                }
+            }
+
+            #[doc = concat!(
+                        "The name it reports under, if [`named`](", stringify!($limiter),
+                        "::named) gave this handle one.\n\n",
+                        "```\n",
+                        "# use std::time::Duration;\n",
+                        "# use token_bucket::", stringify!($limiter), ";\n",
+                        "let limiter = ", $example, "?;\n",
+                        "assert_eq!(limiter.name(), None);\n",
+                        "assert_eq!(limiter.named(\"search\").name(), Some(\"search\"));\n",
+                        "# Ok::<(), token_bucket::ConfigError>(())\n",
+                        "```",
+                    )]
+            pub fn name(&self) -> Option<&str> {
+                self.sliding.name()
+            }
+
             #[doc = concat!(
                         "The most permits admitted in any interval of length [`window`](",
                         stringify!($limiter), "::window).\n\n",

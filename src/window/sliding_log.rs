@@ -178,7 +178,9 @@ impl_limiter!(
     SlidingLog,
     "SlidingLog::new(2, Duration::from_secs(1))",
     "a permit counts for one `window` from the instant it was admitted",
-    "Duration::from_millis(750)"
+    "Duration::from_millis(750)",
+    SlidingLog,
+    "sliding_log"
 );
 
 /// The ring of grant instants.

@@ -231,7 +231,9 @@ impl_limiter!(
     SlidingWindow,
     "SlidingWindow::new(2, 10, Duration::from_millis(100))",
     "a permit counts until the end of the slot `slots` after its own",
-    "Duration::from_millis(850)"
+    "Duration::from_millis(850)",
+    SlidingWindow,
+    "sliding_window"
 );
 
 #[derive(Debug, Clone, Copy)]

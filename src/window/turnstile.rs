@@ -13,8 +13,9 @@ use futures::future::select;
 use tokio::runtime::Handle;
 use tokio::sync::{Mutex, MutexGuard, Notify};
 
-use crate::clock::{self, Clock};
+use crate::clock::{self, duration_from_nanos, Clock};
 use crate::error::AcquireError;
+use crate::observe::Observer;
 use crate::sync::AtomicUsize;
 
 /// The line of waiters of one window limiter.
@@ -69,6 +70,12 @@ impl Turnstile {
         self.waiters.load(Ordering::Acquire) > 0
     }
 
+    /// How many waiters are in line: the queued-requests gauge of a named limiter.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.load(Ordering::Acquire)
+    }
+
     /// Permits asked for by the waiters in line, `u64::MAX` if they add up to more.
     /// Walks the line: a sum kept beside it would need 128 bits (no line of `u64`
     /// requests overflows them) and, aligned, cost every limiter 48 bytes, which matters
@@ -104,6 +111,9 @@ impl Turnstile {
     /// The head then sleeps until that instant, or until a refund, and tries again as of
     /// it: a wakeup late by tokio's 1 ms timer does not push the schedule back.
     ///
+    /// It reports to `observer` (see `observe/`): admitted, when admitted on its first
+    /// poll; else waited, for as long as it waited, in the wait's span.
+    ///
     /// Cancel safe: dropping the future leaves the line and acquires nothing.
     ///
     /// [`NEVER`]: crate::clock::NEVER
@@ -111,9 +121,11 @@ impl Turnstile {
         &self,
         clock: &Clock,
         permits: u64,
+        observer: &Observer,
         mut attempt: impl FnMut(u64, u64) -> Result<u64, u64>,
     ) -> Result<(), AcquireError> {
         let joined_at = clock.now();
+        let mut watch = Watch::new(observer, clock, joined_at);
         let mut head = pin!(self.head.lock());
         // Join the record and the lock's queue in one step (the lock future queues on its
         // first poll), so that both hold the waiters in the same order.
@@ -131,7 +143,8 @@ impl Turnstile {
                 // It must wait: without a timer it could never be woken once at the head,
                 // so say so now, on its first poll.
                 clock::require_timer();
-                head.await
+                watch.waits(permits);
+                watch.during(head).await
             }
         };
         let mut head = Head {
@@ -147,6 +160,7 @@ impl Turnstile {
             let due = match attempt(permits, head.as_of) {
                 Ok(admitted_at) => {
                     head.admitted_at = Some(admitted_at);
+                    watch.admitted(permits);
                     return Ok(());
                 }
                 Err(due) => due,
@@ -157,9 +171,70 @@ impl Turnstile {
             // Made in this poll: in a runtime without a timer, tokio panics right here
             // (see `clock::require_timer`).
             let sleep = pin!(clock.sleep_until(due));
-            let _ = select(sleep, pin!(refunded)).await;
+            watch.waits(permits);
+            let _ = watch.during(select(sleep, pin!(refunded))).await;
             head.as_of = due;
         }
+    }
+}
+
+/// What a waiter reports as it goes (see `observe/`): admitted at once, or admitted
+/// after waiting since it joined the line, the wait in a span of its own. Nothing for an
+/// unnamed limiter's waiters but the test of its observer.
+struct Watch<'a> {
+    observer: &'a Observer,
+    clock: &'a Clock,
+    joined_at: u64,
+    /// Whether it had to wait: it reached the head only on a later poll, or slept there.
+    waited: bool,
+    #[cfg(feature = "tracing")]
+    span: Option<tracing::Span>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(observer: &'a Observer, clock: &'a Clock, joined_at: u64) -> Watch<'a> {
+        Watch {
+            observer,
+            clock,
+            joined_at,
+            waited: false,
+            #[cfg(feature = "tracing")]
+            span: None,
+        }
+    }
+
+    /// It must wait for `permits`: the wait's span opens, once.
+    fn waits(&mut self, permits: u64) {
+        if !self.waited {
+            self.waited = true;
+            #[cfg(feature = "tracing")]
+            {
+                self.span = self.observer.wait_span(permits);
+            }
+        }
+        let _ = permits;
+    }
+
+    /// Awaits `future` inside the wait's span, if there is one.
+    async fn during<F: Future>(&self, future: F) -> F::Output {
+        #[cfg(feature = "tracing")]
+        if let Some(span) = &self.span {
+            return tracing::Instrument::instrument(future, span.clone()).await;
+        }
+        future.await
+    }
+
+    /// `permits` were admitted now.
+    fn admitted(&self, permits: u64) {
+        if !self.waited {
+            self.observer.admitted(permits);
+            return;
+        }
+        #[cfg(feature = "tracing")]
+        let _entered = self.span.as_ref().map(tracing::Span::enter);
+        let waited = self.clock.now().saturating_sub(self.joined_at);
+        let waited = duration_from_nanos(u128::from(waited));
+        self.observer.waited(permits, waited);
     }
 }
 
