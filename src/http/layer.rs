@@ -21,6 +21,7 @@ use crate::composite::Member;
 use crate::error::ConfigError;
 use crate::keyed::Keyed;
 use crate::limiter::Limiter;
+use crate::observe::http::HttpObserver;
 
 /// The most keys a layer holds by default: about 64 MB for compact keys at the flood
 /// bound of 64 bytes each.
@@ -117,6 +118,8 @@ pub(crate) struct Shared<X: KeyExtractor, B, H> {
     pub(crate) respond: H,
     /// Requests a shadow layer let through that it would have refused.
     pub(crate) shadow_refusals: AtomicU64,
+    /// What the layer reports through, if it is named.
+    pub(crate) observer: HttpObserver,
 }
 
 /// A tower [`Layer`] that limits HTTP requests per key (a client IP, an API key) and,
@@ -161,6 +164,7 @@ impl<X: KeyExtractor, B, H> Clone for RateLimitLayer<X, B, H> {
 impl<X: KeyExtractor, B, H> fmt::Debug for RateLimitLayer<X, B, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
+            .field("name", &self.shared.observer.name())
             .field("mode", &self.shared.handling.mode)
             .finish_non_exhaustive()
     }
@@ -206,6 +210,23 @@ impl<X: KeyExtractor, B: Limits<X::Key>, H> RateLimitLayer<X, B, H> {
     pub fn shadow_refusals(&self) -> u64 {
         self.shared.shadow_refusals.load(Ordering::Relaxed)
     }
+
+    /// The name it reports under, if [`RateLimitBuilder::name`] gave it one.
+    ///
+    /// ```
+    /// use token_bucket::http::{ClientIp, RateLimitLayer};
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let per_client = TokenBucket::new(Rate::per_second(5), 10)?;
+    /// let layer = RateLimitLayer::builder(ClientIp::peer(), per_client).name("api").build()?;
+    /// assert_eq!(layer.name(), Some("api"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.shared.observer.name()
+    }
 }
 
 impl<X, L, G, H> RateLimitLayer<X, Local<X::Key, L, G>, H>
@@ -245,6 +266,8 @@ pub struct InProcess<L, G> {
 
 /// The settings of a layer that do not depend on where its limits live.
 pub(crate) struct Settings<K, H> {
+    /// The name the layer reports under, if any.
+    name: Option<String>,
     names: [String; 2],
     legacy: bool,
     handling: Handling<K>,
@@ -265,6 +288,7 @@ impl<K> Settings<K, DefaultRefusal> {
     /// The defaults: refuse at once, standard names, no legacy fields, cost 1.
     pub(crate) fn new() -> Settings<K, DefaultRefusal> {
         Settings {
+            name: None,
             names: DEFAULT_NAMES.map(String::from),
             legacy: false,
             handling: Handling {
@@ -284,6 +308,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
     /// The same settings, answering refusals with `respond`.
     fn responding<H2>(self, respond: H2) -> Settings<K, H2> {
         Settings {
+            name: self.name,
             names: self.names,
             legacy: self.legacy,
             handling: self.handling,
@@ -309,6 +334,11 @@ impl<K: Hash + Eq, H> Settings<K, H> {
             return Err(BuildError::InvalidPolicyName { name: name.clone() });
         }
         let named: Vec<_> = self.names.into_iter().zip(limits.policies()).collect();
+        // Registered now, once: a request then only increments what is registered.
+        let observer = match &self.name {
+            Some(name) => HttpObserver::named(name),
+            None => HttpObserver::default(),
+        };
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 key,
@@ -317,6 +347,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
                 handling: self.handling,
                 respond: self.respond,
                 shadow_refusals: AtomicU64::new(0),
+                observer,
             }),
         })
     }
@@ -325,6 +356,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
 impl<X: KeyExtractor, P: fmt::Debug, H> fmt::Debug for RateLimitBuilder<X, P, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitBuilder")
+            .field("name", &self.settings.name)
             .field("limits", &self.limits)
             .field("names", &self.settings.names)
             .field("mode", &self.settings.handling.mode)
@@ -365,6 +397,67 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     ) -> Result<RateLimitLayer<X, B, H>, BuildError> {
         let limits = make(self.limits)?;
         self.settings.into_layer(self.key, limits)
+    }
+
+    /// The name the layer reports under (see [`observe`](crate::observe)): the `limiter`
+    /// label of its metrics (feature `metrics`) and the `limiter` field of its events
+    /// (feature `tracing`). A layer without a name reports nothing, and pays one test of
+    /// an empty field per request; a named one, one increment of a counter registered
+    /// when the layer is built (so build it once the exporter's recorder is installed).
+    /// Keep names few, one per layer: a client's key or address is never a label. The
+    /// limiters the layer makes for each key are never named; a global limiter named
+    /// with its own builder reports as well, under its own name.
+    ///
+    /// # Metrics
+    ///
+    /// | Metric | Type | Labels | Counts |
+    /// |---|---|---|---|
+    /// | `token_bucket_http_admitted_requests_total` | counter | `limiter` | requests the limits admitted, at once or after waiting |
+    /// | `token_bucket_http_refused_requests_total` | counter | `limiter`, `limit` | requests refused, by what refused them |
+    /// | `token_bucket_http_shadow_refused_requests_total` | counter | `limiter` | requests a [shadow](RateLimitBuilder::shadow) layer let through that it would have refused |
+    /// | `token_bucket_http_allow_listed_requests_total` | counter | `limiter` | requests passed untouched for an [allow-listed key](RateLimitBuilder::allow_keys) or [network](RateLimitBuilder::allow_cidrs) |
+    /// | `token_bucket_http_waited_requests_total` | counter | `limiter` | requests admitted after [waiting](RateLimitBuilder::wait_up_to) their turn |
+    /// | `token_bucket_http_wait_seconds` | histogram | `limiter` | seconds each of those waited |
+    ///
+    /// The `limit` label of a refusal says what refused it: `key` (the client's own
+    /// limit), `global` (the [global](RateLimitBuilder::global) one; `key` when both
+    /// did), `too_many_keys` (the [table of keys](RateLimitBuilder::max_keys) was full),
+    /// `missing_key` (no key could be found), `unavailable` (the limits could not decide:
+    /// a closed limiter, Redis failing closed). Their names are constants in
+    /// [`observe`](crate::observe) ([`HTTP_ADMITTED_REQUESTS`](crate::observe::HTTP_ADMITTED_REQUESTS)
+    /// and the others). A request without a key let through by [`MissingKey::Allow`] is
+    /// counted nowhere: no limit decided it. Over Redis, a request counts as waited when
+    /// it asked Redis again after a refusal, as it does with `wait_up_to`.
+    ///
+    /// # Events
+    ///
+    /// With the target `token_bucket`: a `debug` event `request refused` for each
+    /// refusal (fields `limiter`, `limit`, `retry_after`), and `request refused in
+    /// shadow, let through` for each request a shadow layer would have refused, each
+    /// followed by a `trace` event `refused client` with the client's address
+    /// (`client_ip`), read only when that level is on. Each `wait_up_to` wait runs in a
+    /// `debug` span `http_wait` (fields `limiter`, `cost`, `max_wait`), with a `trace`
+    /// event `request admitted after waiting` (field `waited`) when it is admitted.
+    /// Nothing at `info` or above.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::http::{ClientIp, RateLimitLayer};
+    /// use token_bucket::{FixedWindow, Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Install the exporter's recorder first: the layer registers its metrics here.
+    /// let layer = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+    ///     .global(FixedWindow::new(1_000, Duration::from_secs(1))?)
+    ///     .name("public-api")
+    ///     .build()?;
+    /// assert_eq!(layer.name(), Some("public-api"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> RateLimitBuilder<X, P, H> {
+        self.settings.name = Some(name.into());
+        self
     }
 
     /// The names of the per-key and global limits in the `RateLimit-Policy` and

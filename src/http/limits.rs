@@ -37,6 +37,15 @@ pub(crate) fn refusal(error: TryAcquireError, key_window: Duration) -> RefusalKi
     }
 }
 
+/// One of a layer's two limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// The client's own limit.
+    Key,
+    /// The limit on every request together.
+    Global,
+}
+
 /// One decision: its outcome, and each limit's quota as the decision left it (the
 /// per-key limit's, then the global one's; `None` for a limit that is not there or
 /// does not report one).
@@ -46,6 +55,32 @@ pub struct Verdict {
     pub outcome: Outcome,
     /// The per-key and global quotas, in that order.
     pub quotas: [Option<Quota>; 2],
+    /// The limit that refused, when one did (the per-key one when both did); `None` when
+    /// admitted, or refused for want of room for the key or of an answer.
+    pub refused_by: Option<Limit>,
+    /// How long the request waited its turn before this decision, when it did.
+    pub waited: Option<Duration>,
+}
+
+impl Verdict {
+    /// The verdict of a decision made at once, by the per-key limit alone.
+    pub(crate) fn of_key(outcome: Outcome, quota: Option<Quota>) -> Verdict {
+        Verdict {
+            refused_by: refused_by(&outcome, Limit::Key),
+            outcome,
+            quotas: [quota, None],
+            waited: None,
+        }
+    }
+}
+
+/// Which limit refused, for an outcome that `limit` decided: none for an admission, a
+/// table too full to hold the key, or limits that could not decide.
+pub(crate) fn refused_by(outcome: &Outcome, limit: Limit) -> Option<Limit> {
+    match outcome {
+        Err(RefusalKind::Limited { .. } | RefusalKind::NeverFits { .. }) => Some(limit),
+        _ => None,
+    }
 }
 
 /// A decision made now, or one to wait for.
@@ -125,18 +160,15 @@ where
     fn try_decide(&self, key: &K, cost: u64) -> Verdict {
         let Some(global) = &self.global else {
             let decision = self.keyed.try_acquire_decision(key, cost);
-            return Verdict {
-                outcome: self.outcome(decision.result),
-                quotas: [decision.quota, None],
-            };
+            return Verdict::of_key(self.outcome(decision.result), decision.quota);
         };
         let Joint {
             result,
             key: key_quota,
             global: global_quota,
         } = self.keyed.try_acquire_with(key, cost, &**global);
-        let outcome = match result {
-            Ok(()) => Ok(()),
+        let (outcome, decided_by) = match result {
+            Ok(()) => (Ok(()), Limit::Key),
             Err(JointRefusal::Key(TryAcquireError::Limited { retry_after })) => {
                 // The global limit was not asked. If it could not admit the request now
                 // either, a client that came back after the key's wait alone could be
@@ -144,15 +176,19 @@ where
                 let global_wait = (global_quota)
                     .filter(|quota| quota.remaining < cost)
                     .map_or(Duration::ZERO, |quota| quota.full_after);
-                Err(RefusalKind::Limited {
+                let outcome = Err(RefusalKind::Limited {
                     retry_after: retry_after.max(global_wait),
-                })
+                });
+                (outcome, Limit::Key)
             }
-            Err(JointRefusal::Key(error) | JointRefusal::Global(error)) => self.outcome(Err(error)),
+            Err(JointRefusal::Key(error)) => (self.outcome(Err(error)), Limit::Key),
+            Err(JointRefusal::Global(error)) => (self.outcome(Err(error)), Limit::Global),
         };
         Verdict {
+            refused_by: refused_by(&outcome, decided_by),
             outcome,
             quotas: [key_quota, global_quota],
+            waited: None,
         }
     }
 
@@ -245,32 +281,40 @@ where
     async fn wait(self, key: K, cost: u64, wait: Duration) -> Verdict {
         // A turn that comes at `wait` exactly is within it; the timer's deadline is the
         // next tick after it, so that a grant due at `wait` lands first.
-        let deadline = Instant::now() + wait.saturating_add(Duration::from_nanos(1));
-        let outcome = match self.acquire_by(&key, cost, deadline).await {
-            Some(outcome) => outcome,
+        let start = Instant::now();
+        let deadline = start + wait.saturating_add(Duration::from_nanos(1));
+        let (outcome, decided_by) = match self.acquire_by(&key, cost, deadline).await {
+            Ok(()) => (Ok(()), Limit::Key),
+            Err((limit, Some(refusal))) => (Err(refusal), limit),
             // Waited as long as allowed behind others: the line is at least that long.
-            None => Err(RefusalKind::Limited { retry_after: wait }),
+            Err((limit, None)) => (Err(RefusalKind::Limited { retry_after: wait }), limit),
         };
         Verdict {
+            refused_by: refused_by(&outcome, decided_by),
             outcome,
             quotas: self.quotas(&key),
+            waited: Some(Instant::now() - start),
         }
     }
 
     /// Waits in the key's line alone, and only then in the global one, so that a
     /// request waiting for its own key never holds the global line and the other keys
-    /// behind it. `None` when `deadline` passed first; the key's permits are then given
-    /// back, while they still count (see [`counts_until`]).
-    async fn acquire_by(&self, key: &K, cost: u64, deadline: Instant) -> Option<Outcome> {
-        match timeout_at(deadline, self.keyed.acquire(key, cost))
-            .await
-            .ok()?
-        {
-            Ok(()) => {}
-            Err(error) => return Some(Err(self.refusal(error))),
+    /// behind it. A refusal says which limit's line refused, and why: `None` when
+    /// `deadline` passed first; the key's permits are then given back, while they still
+    /// count (see [`counts_until`]).
+    async fn acquire_by(
+        &self,
+        key: &K,
+        cost: u64,
+        deadline: Instant,
+    ) -> Result<(), (Limit, Option<RefusalKind>)> {
+        match timeout_at(deadline, self.keyed.acquire(key, cost)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err((Limit::Key, Some(self.refusal(error)))),
+            Err(_elapsed) => return Err((Limit::Key, None)),
         }
         let Some(global) = &self.global else {
-            return Some(Ok(()));
+            return Ok(());
         };
         let counted_until = counts_until(self.keyed.quota(key), Instant::now());
         let waited = timeout_at(deadline, global.acquire(cost)).await;
@@ -279,9 +323,10 @@ where
         {
             self.keyed.refund(key, cost);
         }
-        match waited.ok()? {
-            Ok(()) => Some(Ok(())),
-            Err(error) => Some(Err(self.refusal(error))),
+        match waited {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err((Limit::Global, Some(self.refusal(error)))),
+            Err(_elapsed) => Err((Limit::Global, None)),
         }
     }
 

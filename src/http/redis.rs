@@ -8,7 +8,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
-use super::limits::{private::Decide, refusal, Decided, Outcome, Verdict};
+use super::limits::{private::Decide, refusal, refused_by, Decided, Limit, Outcome, Verdict};
 use super::response::RefusalKind;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::quota::{Decision, Policy};
@@ -199,8 +199,8 @@ fn outcome(result: Result<(), TryAcquireError>) -> Outcome {
     result.map_err(|error| refusal(error, Duration::ZERO))
 }
 
-/// A Redis failure (or a leased front's refusal) as the layer's outcome.
-fn unavailable(error: RedisLimitError) -> Verdict {
+/// A Redis failure (or a leased front's refusal, made by `limit`) as the layer's outcome.
+fn unavailable(error: RedisLimitError, limit: Limit) -> Verdict {
     let outcome = match error {
         RedisLimitError::Limited { retry_after } => Err(RefusalKind::Limited { retry_after }),
         RedisLimitError::ExceedsLimit { requested, limit } => {
@@ -211,8 +211,10 @@ fn unavailable(error: RedisLimitError) -> Verdict {
         }),
     };
     Verdict {
+        refused_by: refused_by(&outcome, limit),
         outcome,
         quotas: [None, None],
+        waited: None,
     }
 }
 
@@ -220,11 +222,8 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimits<A, C> {
     /// The client's key alone: one script call.
     async fn try_decide_key(per_key: &RedisLimiter<A, C>, key: &str, cost: u64) -> Verdict {
         match per_key.try_acquire_decision(key, cost).await {
-            Ok(Decision { result, quota }) => Verdict {
-                outcome: outcome(result),
-                quotas: [quota, None],
-            },
-            Err(error) => unavailable(error),
+            Ok(Decision { result, quota }) => Verdict::of_key(outcome(result), quota),
+            Err(error) => unavailable(error, Limit::Key),
         }
     }
 
@@ -241,14 +240,23 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimits<A, C> {
         };
         let both = all([per_key.member(key), global.clone()]);
         match both.try_acquire_decision(cost).await {
-            Ok(AllDecision { result, members }) => {
+            Ok(decision) => {
+                // The client's key is to blame when both refused, as in process.
+                let limit = match decision.refused_by().next() {
+                    Some(1) => Limit::Global,
+                    _ => Limit::Key,
+                };
+                let AllDecision { result, members } = decision;
                 let quota = |index: usize| members.get(index).and_then(|member| member.quota);
+                let outcome = outcome(result);
                 Verdict {
-                    outcome: outcome(result),
+                    refused_by: refused_by(&outcome, limit),
+                    outcome,
                     quotas: [quota(0), quota(1)],
+                    waited: None,
                 }
             }
-            Err(error) => unavailable(error),
+            Err(error) => unavailable(error, Limit::Key),
         }
     }
 }
@@ -268,21 +276,27 @@ where
         };
         let key = key.to_string();
         Decided::Later(Box::pin(async move {
-            let deadline = wait.map(|wait| Instant::now() + wait);
+            let start = Instant::now();
+            let deadline = wait.map(|wait| start + wait);
             // The script first: a refusal writes nothing, so it may be asked again. Across
             // processes there is no line: ask again once Redis says the request could
             // pass, while that is within the bound.
-            let verdict = loop {
+            let mut slept = false;
+            let mut verdict = loop {
                 let verdict = Self::try_decide(&per_key, member.as_ref(), &key, cost).await;
                 match (&verdict.outcome, deadline) {
                     (Err(RefusalKind::Limited { retry_after }), Some(deadline))
                         if Instant::now() + *retry_after <= deadline =>
                     {
                         tokio::time::sleep(*retry_after).await;
+                        slept = true;
                     }
                     _ => break verdict,
                 }
             };
+            // A request asked again has waited; one decided on the first call has only
+            // made its round trip.
+            verdict.waited = slept.then(|| Instant::now() - start);
             // Then a leased global token, once and only for an admitted request: in this
             // process's line, up to the deadline when the layer waits.
             let (Ok(()), Some(front)) = (&verdict.outcome, front) else {
@@ -298,10 +312,14 @@ where
                 },
             };
             match taken {
-                Ok(()) => verdict,
+                Ok(()) => Verdict {
+                    waited: slept.then(|| Instant::now() - start),
+                    ..verdict
+                },
                 Err(error) => Verdict {
                     quotas: verdict.quotas,
-                    ..unavailable(error)
+                    waited: verdict.waited,
+                    ..unavailable(error, Limit::Global)
                 },
             }
         }))

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response};
@@ -17,8 +18,9 @@ use tower::Service;
 
 use super::key::{KeyExtractor, RequestHead};
 use super::layer::{ActualCost, MissingKey, Mode, Settle, Shared};
-use super::limits::{counts_until, private::Decide, Decided, Verdict};
+use super::limits::{counts_until, private::Decide, Decided, Limit, Verdict};
 use super::response::{Refusal, RefusalKind, RespondRefusal};
+use crate::observe::http::{Answer, RefusedBy, WaitSpan};
 use crate::quota::Quota;
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) makes: it decides each
@@ -102,15 +104,24 @@ where
                     .any(|cidr| cidr.contains(ip))
             });
         let key = match shared.key.extract(&head) {
-            _ if allowed_network => return self.pass(request),
+            _ if allowed_network => {
+                shared.observer.allow_listed();
+                return self.pass(request);
+            }
             Ok(key) => key,
             Err(error) => match &shared.handling.missing {
                 // A shadow refuses nothing: it counts what it would have refused.
                 MissingKey::Refuse if shared.handling.mode == Mode::Shadow => {
                     shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
+                    let client_ip = || shared.key.client_ip(&head);
+                    let missing = RefusedBy::MissingKey;
+                    (shared.observer).refused(Answer::LetThrough, missing, None, client_ip);
                     return self.pass(request);
                 }
                 MissingKey::Refuse => {
+                    let client_ip = || shared.key.client_ip(&head);
+                    let missing = RefusedBy::MissingKey;
+                    (shared.observer).refused(Answer::Refused, missing, None, client_ip);
                     let state = refused(shared, RefusalKind::NoKey(error), HeaderMap::new(), grpc);
                     return ResponseFuture {
                         state,
@@ -122,6 +133,7 @@ where
             },
         };
         if shared.handling.allow_keys.contains(&key) {
+            shared.observer.allow_listed();
             return self.pass(request);
         }
         let cost = shared.handling.cost.as_ref().map_or(1, |cost| cost(&head));
@@ -140,9 +152,16 @@ where
                 // leave a clone for the next one, as tower's own middleware does.
                 let ready = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, ready);
+                // Only a layer that waits gets a span: without `wait_up_to`, a later
+                // decision is a Redis round trip.
+                let span = match wait {
+                    Some(max_wait) => shared.observer.wait_span(cost, max_wait),
+                    None => WaitSpan::default(),
+                };
                 ResponseFuture {
                     state: State::Deciding {
                         decision,
+                        span,
                         waiting: Some(Waiting {
                             inner,
                             request,
@@ -214,12 +233,21 @@ where
     H: RespondRefusal<ResBody>,
 {
     let admitted = match verdict.outcome {
-        Ok(()) => true,
-        Err(_) if shared.handling.mode == Mode::Shadow => {
+        Ok(()) => {
+            shared.observer.admitted(verdict.waited);
+            true
+        }
+        Err(kind) if shared.handling.mode == Mode::Shadow => {
             shared.shadow_refusals.fetch_add(1, Ordering::Relaxed);
+            let client_ip = || shared.key.client_ip(&RequestHead::of(&request));
+            let (by, retry_after) = refused_by(&kind, verdict.refused_by);
+            (shared.observer).refused(Answer::LetThrough, by, retry_after, client_ip);
             false
         }
         Err(kind) => {
+            let client_ip = || shared.key.client_ip(&RequestHead::of(&request));
+            let (by, retry_after) = refused_by(&kind, verdict.refused_by);
+            (shared.observer).refused(Answer::Refused, by, retry_after, client_ip);
             let mut headers = HeaderMap::new();
             // A table too full to hold the key says nothing of the client's quota.
             if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
@@ -246,6 +274,27 @@ where
     }
 }
 
+/// What refused a request of `kind`, refused by `limit` when a limit did, and when it may
+/// pass.
+fn refused_by(kind: &RefusalKind, limit: Option<Limit>) -> (RefusedBy, Option<Duration>) {
+    match kind {
+        RefusalKind::TooManyKeys { retry_after } => (RefusedBy::TooManyKeys, Some(*retry_after)),
+        RefusalKind::NoKey(_) => (RefusedBy::MissingKey, None),
+        RefusalKind::Unavailable { .. } => (RefusedBy::Unavailable, None),
+        RefusalKind::Limited { .. } | RefusalKind::NeverFits { .. } => {
+            let by = match limit {
+                Some(Limit::Global) => RefusedBy::Global,
+                Some(Limit::Key) | None => RefusedBy::Key,
+            };
+            let retry_after = match kind {
+                RefusalKind::Limited { retry_after } => Some(*retry_after),
+                _ => None,
+            };
+            (by, retry_after)
+        }
+    }
+}
+
 /// A request waiting for its decision, with what it needs once it has it.
 struct Waiting<S, K, ReqBody> {
     inner: S,
@@ -260,6 +309,8 @@ enum State<S: Service<Request<ReqBody>>, K, ReqBody, ResBody> {
     /// Waiting its turn, or for Redis.
     Deciding {
         decision: Pin<Box<dyn Future<Output = Verdict> + Send>>,
+        /// The span it waits in, when it waits and the layer is named.
+        span: WaitSpan,
         waiting: Option<Waiting<S, K, ReqBody>>,
     },
     /// Admitted (or passed untouched): the inner service answers.
@@ -315,8 +366,12 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProjection::Deciding { decision, waiting } => {
-                    let verdict = ready!(decision.as_mut().poll(cx));
+                StateProjection::Deciding {
+                    decision,
+                    span,
+                    waiting,
+                } => {
+                    let verdict = ready!(span.in_scope(|| decision.as_mut().poll(cx)));
                     let Some(Waiting {
                         mut inner,
                         request,
@@ -327,7 +382,11 @@ where
                     else {
                         unreachable!("a decision is polled to its end once")
                     };
-                    let next = answer(this.shared, verdict, &mut inner, request, key, cost, grpc);
+                    // What the wait ended in is reported inside its span.
+                    let span = std::mem::take(span);
+                    let next = span.in_scope(|| {
+                        answer(this.shared, verdict, &mut inner, request, key, cost, grpc)
+                    });
                     this.state.set(next);
                 }
                 StateProjection::Calling { future, admitted } => {

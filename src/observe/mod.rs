@@ -39,8 +39,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod gauges;
+#[cfg(feature = "http")]
+pub(crate) mod http;
 mod keyed;
 
+#[cfg(feature = "http")]
+pub use self::http::{
+    HTTP_ADMITTED_REQUESTS, HTTP_ALLOW_LISTED_REQUESTS, HTTP_REFUSED_REQUESTS,
+    HTTP_SHADOW_REFUSED_REQUESTS, HTTP_WAITED_REQUESTS, HTTP_WAIT_SECONDS,
+};
 pub use gauges::record_gauges;
 pub(crate) use keyed::KeyedObserver;
 pub use keyed::{FORGOTTEN_KEYS, KEYS, TOO_MANY_KEYS};
