@@ -114,6 +114,23 @@ async fn a_named_bucket_counts_every_decision_exactly() {
     assert_eq!(metrics.counter(WAITED_REQUESTS), 1);
 }
 
+/// A composite over a named bucket reports what it decides for it: the permits it admits
+/// at once or after waiting, and the refusals its `try_acquire` gets from it.
+#[tokio::test(start_paused = true)]
+async fn a_composite_reports_its_decisions_on_a_named_bucket() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let bucket = named_bucket(&recorder, "api");
+    let other = TokenBucket::new(Rate::per_second(10), 10).unwrap();
+    let both = token_bucket::all((&bucket, &other)).unwrap();
+    both.try_acquire(2).unwrap();
+    assert!(both.try_acquire(1).is_err());
+    both.acquire(1).await.unwrap();
+    let metrics = Metrics::of(&snapshotter);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS), 3);
+    assert_eq!(metrics.counter(REFUSED_REQUESTS), 1);
+}
+
 /// A bucket without a name registers and records nothing.
 #[tokio::test(start_paused = true)]
 async fn an_unnamed_bucket_reports_nothing() {

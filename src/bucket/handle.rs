@@ -208,6 +208,12 @@ pub(crate) struct HeldBucket<'a> {
 }
 
 impl HeldBucket<'_> {
+    /// What the bucket reports through (see `observe/`): a composite reports what it
+    /// decides for a named member.
+    pub(crate) fn observer(&self) -> &Observer {
+        self.bucket.observer()
+    }
+
     /// `moment` on this bucket's clock.
     pub(crate) fn clock_at(&self, moment: Moment) -> u64 {
         self.bucket.shared.clock.at(moment)

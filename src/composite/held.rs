@@ -148,8 +148,13 @@ pub(crate) fn try_parts(
             Held::Bucket(state) => {
                 let now = state.clock_at(moment);
                 let verdict = state.check_take(permits, now).map_err(try_acquire_error);
-                if verdict.is_err() && count_denials {
+                if let (Err(refusal), true) = (verdict, count_denials) {
                     state.note_denied();
+                    let retry_after = match refusal {
+                        TryAcquireError::Limited { retry_after } => Some(retry_after),
+                        _ => None,
+                    };
+                    state.observer().refused(permits, retry_after);
                 }
                 verdict
             }
@@ -169,7 +174,10 @@ pub(crate) fn try_parts(
     }
     for member in held.iter_mut() {
         match &mut member.held {
-            Held::Bucket(state) => state.take_checked(permits),
+            Held::Bucket(state) => {
+                state.take_checked(permits);
+                state.observer().admitted(permits);
+            }
             Held::Window { .. } if permits == 0 => {}
             Held::Window { held, .. } => {
                 held.record(permits);

@@ -326,6 +326,7 @@ impl<'a> Places<'a> {
                         (Place::Bucket { id, left, .. }, Held::Bucket(state)) => {
                             let now = state.clock_at(moment);
                             state.commit_hold(*id, self.permits, now);
+                            state.observer().admitted(self.permits);
                             *left = true;
                         }
                         (Place::Window(queued), Held::Window { held, .. }) => {
