@@ -37,7 +37,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod gauges;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{
+    REDIS_DECISIONS, REDIS_ERRORS, REDIS_FAIL_CLOSED, REDIS_FAIL_OPEN, REDIS_LEASED_TOKENS,
+    REDIS_LEASE_CALLS, REDIS_RETURNED_TOKENS,
+};
 pub use gauges::record_gauges;
 
 /// Permits admitted, counted when admitted: a counter.
