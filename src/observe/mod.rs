@@ -42,11 +42,18 @@ mod gauges;
 #[cfg(feature = "http")]
 pub(crate) mod http;
 mod keyed;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 #[cfg(feature = "http")]
 pub use self::http::{
     HTTP_ADMITTED_REQUESTS, HTTP_ALLOW_LISTED_REQUESTS, HTTP_REFUSED_REQUESTS,
     HTTP_SHADOW_REFUSED_REQUESTS, HTTP_WAITED_REQUESTS, HTTP_WAIT_SECONDS,
+};
+#[cfg(feature = "redis")]
+pub use self::redis::{
+    REDIS_DECISIONS, REDIS_ERRORS, REDIS_FAIL_CLOSED, REDIS_FAIL_OPEN, REDIS_LEASED_TOKENS,
+    REDIS_LEASE_CALLS, REDIS_RETURNED_TOKENS,
 };
 pub use gauges::record_gauges;
 pub(crate) use keyed::KeyedObserver;

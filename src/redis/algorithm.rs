@@ -26,6 +26,9 @@ pub(crate) mod sealed {
         /// algorithm of that tag (`lua/*.lua`) on the key.
         const TAG: &'static str;
 
+        /// The label `kind` of a named limiter's metrics and events.
+        const KIND: &'static str;
+
         /// The most permits one request may ask for: the capacity or the limit.
         fn limit(&self) -> u64;
 

@@ -18,22 +18,32 @@ use super::jitter::Jitter;
 use super::policy::{FailurePolicy, RedisOptions};
 use super::scripts::{KeyCall, KeyState, Reply, ScriptCall};
 use crate::error::TryAcquireError;
+use crate::observe::redis::RedisObserver;
 use crate::quota::{Decision, Policy, Quota};
 
 /// What every limiter has whatever its algorithm and connection: its options, its count
-/// of decisions not made, and its jitter.
+/// of decisions not made, its jitter, and what it reports through.
 pub(crate) struct Common {
     pub(crate) options: RedisOptions,
     pub(crate) fail_open_decisions: AtomicU64,
     pub(crate) jitter: Jitter,
+    /// Nothing unless the options name the limiter (see `observe/redis.rs`).
+    pub(crate) observer: RedisObserver,
 }
 
 impl Common {
-    pub(crate) fn new(options: RedisOptions) -> Common {
+    /// The common part of a limiter of `kind` (its label) with `options`, checked: a
+    /// named one registers its metrics now.
+    pub(crate) fn new(options: RedisOptions, kind: &'static str) -> Common {
+        let observer = match options.name() {
+            Some(name) => RedisObserver::named(kind, name),
+            None => RedisObserver::default(),
+        };
         Common {
             options,
             fail_open_decisions: AtomicU64::new(0),
             jitter: Jitter::new(),
+            observer,
         }
     }
 }
@@ -148,6 +158,24 @@ pub(crate) enum Decided {
 }
 
 impl Decided {
+    /// The decision over every part, as `try_acquire` answers it.
+    fn outcome(&self) -> Result<(), RedisLimitError> {
+        if let Decided::ExceedsLimit { requested, limit } = *self {
+            return Err(RedisLimitError::ExceedsLimit { requested, limit });
+        }
+        self.retry_after().map_or(Ok(()), |retry_after| {
+            Err(RedisLimitError::Limited { retry_after })
+        })
+    }
+
+    /// How long until the request could be granted, when Redis refused it.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Decided::ByRedis(reply) => reply.retry_after(),
+            Decided::ExceedsLimit { .. } | Decided::FailedOpen => None,
+        }
+    }
+
     /// The decision over every part, as `try_acquire` would answer it, in the in-process
     /// limiters' error type.
     pub(crate) fn result(&self) -> Result<(), TryAcquireError> {
@@ -202,22 +230,26 @@ impl Decided {
 impl Plan<'_> {
     /// Takes `permits` from every part (times its count) if all allow now, else nothing.
     pub(crate) async fn try_acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
-        let first = self.check(permits)?;
         if permits == 0 {
+            self.check(permits)?;
             return Ok(());
         }
-        match self.ask(first, permits).await? {
-            Some(reply) => match reply.retry_after() {
-                None => Ok(()),
-                Some(retry_after) => Err(RedisLimitError::Limited { retry_after }),
-            },
-            None => Ok(()),
-        }
+        let decided = self.decide_unreported(permits).await?;
+        self.report(&decided, permits, None);
+        decided.outcome()
     }
 
     /// As [`try_acquire`](Self::try_acquire), with every part's state in the reply. Zero
     /// permits asks Redis for the parts' states, taking nothing.
     pub(crate) async fn decide(&self, permits: u64) -> Result<Decided, RedisLimitError> {
+        let decided = self.decide_unreported(permits).await?;
+        self.report(&decided, permits, None);
+        Ok(decided)
+    }
+
+    /// As [`decide`](Self::decide), reporting only the calls that failed: the caller
+    /// reports the decision, once a request.
+    async fn decide_unreported(&self, permits: u64) -> Result<Decided, RedisLimitError> {
         let first = match self.check(permits) {
             Ok(first) => first,
             Err(RedisLimitError::ExceedsLimit { requested, limit }) => {
@@ -263,37 +295,133 @@ impl Plan<'_> {
         let call = first.limiter.run(ScriptCall::new(keys));
         match bounded(self.timeout, call).await {
             Ok(reply) => Ok(Some(reply)),
-            Err(failure) if failure.is_policy_proof() => Err(failure),
-            Err(failure) => self.undecided(failure).map(|()| None),
+            Err(failure) if failure.is_policy_proof() => {
+                for limiter in self.limiters {
+                    limiter.common().observer.undecided(permits, &failure, None);
+                }
+                Err(failure)
+            }
+            Err(failure) => self.undecided(failure, permits).map(|()| None),
         }
     }
 
     /// Tries, and after each refusal sleeps its `retry_after` plus jitter and tries again.
     pub(crate) async fn acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
+        if permits == 0 {
+            self.check(permits)?;
+            return Ok(());
+        }
+        let decided = self.decide_unreported(permits).await?;
+        let Some(retry_after) = decided.retry_after() else {
+            self.report(&decided, permits, None);
+            return decided.outcome();
+        };
+        let waiting = self.wait(permits, retry_after);
+        #[cfg(feature = "tracing")]
+        if let Some(span) = self.wait_span(permits) {
+            return tracing::Instrument::instrument(waiting, span).await;
+        }
+        waiting.await
+    }
+
+    /// Waits for `permits` refused with `retry_after`: sleeps it plus jitter, and asks
+    /// again until granted.
+    async fn wait(&self, permits: u64, mut retry_after: Duration) -> Result<(), RedisLimitError> {
+        let since = tokio::time::Instant::now();
+        // A refusal came from Redis, so there is a first part.
+        let jitter = &self.parts[0].limiter.common().jitter;
         loop {
-            match self.try_acquire(permits).await {
-                Err(RedisLimitError::Limited { retry_after }) => {
-                    // A refusal came from Redis, so there is a first part.
-                    let jitter = &self.parts[0].limiter.common().jitter;
-                    tokio::time::sleep(retry_after + jitter.extra_wait(retry_after)).await;
+            let wait = retry_after + jitter.extra_wait(retry_after);
+            for limiter in self.limiters {
+                limiter.common().observer.retrying(permits, wait);
+            }
+            tokio::time::sleep(wait).await;
+            let decided = self.decide_unreported(permits).await?;
+            match decided.retry_after() {
+                Some(again) => retry_after = again,
+                None => {
+                    self.report(&decided, permits, Some(since.elapsed()));
+                    return decided.outcome();
                 }
-                decided => return decided,
             }
         }
     }
 
-    /// Applies the failure policy to a call Redis did not decide.
-    fn undecided(&self, failure: RedisLimitError) -> Result<(), RedisLimitError> {
-        match self.policy {
-            FailurePolicy::FailOpen => {
-                for limiter in self.limiters {
-                    limiter
-                        .common()
-                        .fail_open_decisions
-                        .fetch_add(1, Ordering::Relaxed);
+    /// The span a wait for `permits` runs in: its first named limiter's.
+    #[cfg(feature = "tracing")]
+    fn wait_span(&self, permits: u64) -> Option<tracing::Span> {
+        self.limiters
+            .iter()
+            .find_map(|limiter| limiter.common().observer.wait_span(permits))
+    }
+
+    /// Reports what Redis decided on a request of `permits` (admitted after waiting
+    /// `waited`, if it waited) to every named limiter: admitted by all when granted, else
+    /// refused by those whose keys refused. Nothing for zero permits, nor for a request
+    /// Redis could not decide (reported when its call failed).
+    fn report(&self, decided: &Decided, permits: u64, waited: Option<Duration>) {
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if permits > 0 {
+            for limiter in self.limiters {
+                let observer = &limiter.common().observer;
+                if observer.name().is_some() {
+                    self.report_to(observer, limiter, decided, permits, waited);
                 }
-                Ok(())
             }
+        }
+        #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+        let _ = (decided, permits, waited);
+    }
+
+    /// Reports to `observer`, of `limiter`, what [`report`](Self::report) does.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    fn report_to(
+        &self,
+        observer: &RedisObserver,
+        limiter: &Arc<dyn Member>,
+        decided: &Decided,
+        permits: u64,
+        waited: Option<Duration>,
+    ) {
+        // Its keys, with their indexes in the reply.
+        let own = || {
+            self.parts.iter().enumerate().filter(|(_, part)| {
+                std::ptr::addr_eq(Arc::as_ptr(&part.limiter), Arc::as_ptr(limiter))
+            })
+        };
+        match decided {
+            Decided::FailedOpen => {}
+            Decided::ExceedsLimit { .. } => {
+                if own().any(|(_, part)| part.requested(permits) > part.limiter.limit()) {
+                    observer.refused(permits, None);
+                }
+            }
+            Decided::ByRedis(reply) if reply.granted => match waited {
+                Some(waited) => observer.waited(permits, waited),
+                None => observer.admitted(permits),
+            },
+            Decided::ByRedis(reply) => {
+                let refusal = own().map(|(index, _)| reply.keys[index].wait).max();
+                if let Some(retry_after) = refusal.filter(|wait| !wait.is_zero()) {
+                    observer.refused(permits, Some(retry_after));
+                }
+            }
+        }
+    }
+
+    /// Applies the failure policy to a call for `permits` Redis did not decide.
+    fn undecided(&self, failure: RedisLimitError, permits: u64) -> Result<(), RedisLimitError> {
+        for limiter in self.limiters {
+            let common = limiter.common();
+            if self.policy == FailurePolicy::FailOpen {
+                common.fail_open_decisions.fetch_add(1, Ordering::Relaxed);
+            }
+            common
+                .observer
+                .undecided(permits, &failure, Some(self.policy));
+        }
+        match self.policy {
+            FailurePolicy::FailOpen => Ok(()),
             FailurePolicy::FailClosed => Err(failure),
         }
     }

@@ -48,6 +48,8 @@ pub struct FixedWindowScript {
 impl WindowKind for FixedWindowScript {
     const TAG: &'static str = "fw";
 
+    const KIND: &'static str = "fixed_window";
+
     // A count plus a request stays below 2^53.
     const MAX_LIMIT: u64 = 1 << 52;
 

@@ -68,7 +68,7 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
         options.check()?;
         Ok(RedisLimiter {
             shared: Arc::new(Shared {
-                common: Common::new(options),
+                common: Common::new(options, A::KIND),
                 algorithm,
                 connection,
             }),
@@ -272,8 +272,11 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// How many requests were allowed without a decision from Redis, under
     /// [`FailurePolicy::FailOpen`](super::FailurePolicy::FailOpen), since the limiter was
     /// made (clones share the count); a [`RedisAll`](super::RedisAll) that fails open
-    /// counts here too, once a decision, for each of its members' limiters. Worth
-    /// exporting as a metric: while it grows, nothing is limited.
+    /// counts here too, once a decision, for each of its members' limiters, and so does a
+    /// [`LeasedBucket`](super::LeasedBucket) over it. Worth exporting as a metric: while it
+    /// grows, nothing is limited. A [named](RedisOptions::with_name) limiter exports its
+    /// own decisions so ([`REDIS_FAIL_OPEN`](crate::observe::REDIS_FAIL_OPEN)); a leased
+    /// front reports its under its own name.
     ///
     /// ```no_run
     /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
@@ -365,6 +368,30 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// ```
     pub fn options(&self) -> &RedisOptions {
         &self.shared.common.options
+    }
+
+    /// The name it reports under, if [`RedisOptions::with_name`] gave one (see there
+    /// what it reports).
+    ///
+    /// ```
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::Rate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen);
+    /// let rate = Rate::per_second(10);
+    /// let named = RedisTokenBucket::new(connection.clone(), rate, 20, options.clone().with_name("uploads"))?;
+    /// assert_eq!(named.name(), Some("uploads"));
+    /// assert_eq!(RedisTokenBucket::new(connection, rate, 20, options)?.name(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.shared.common.observer.name()
     }
 
     /// The Redis key that holds `key`'s state: `<prefix><kind>:<key>` (see

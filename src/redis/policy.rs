@@ -30,8 +30,8 @@ pub enum FailurePolicy {
     FailClosed,
 }
 
-/// A Redis limiter's options: its [`FailurePolicy`], the prefix of its keys and the
-/// timeout on every call to Redis.
+/// A Redis limiter's options: its [`FailurePolicy`], the prefix of its keys, the timeout
+/// on every call to Redis, and the [name](Self::with_name) it reports under.
 ///
 /// Settings are checked when the limiter is made: a zero timeout is refused there with
 /// [`ConfigError::ZeroTimeout`].
@@ -51,6 +51,7 @@ pub struct RedisOptions {
     policy: FailurePolicy,
     prefix: String,
     timeout: Duration,
+    name: Option<String>,
 }
 
 impl RedisOptions {
@@ -76,6 +77,7 @@ impl RedisOptions {
             policy,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
+            name: None,
         }
     }
 
@@ -115,6 +117,60 @@ impl RedisOptions {
     pub fn with_timeout(mut self, timeout: Duration) -> RedisOptions {
         self.timeout = timeout;
         self
+    }
+
+    /// Names the limiter: it reports its decisions under `name`, the label `limiter` of its
+    /// metrics (feature `metrics`) and the field `limiter` of its events (feature
+    /// `tracing`). A limiter without a name reports nothing, and pays one test of an empty
+    /// field on each decision. Name a limit, never a key: the keys a limiter decides on
+    /// are never labels.
+    ///
+    /// What a named limiter reports (see [`observe`](crate::observe)):
+    ///
+    /// - [`REDIS_DECISIONS`](crate::observe::REDIS_DECISIONS)`{outcome="admitted"|"refused"}`:
+    ///   its verdicts;
+    /// - [`REDIS_ERRORS`](crate::observe::REDIS_ERRORS)`{error=...}`: its calls to Redis
+    ///   that failed, by a bounded kind (`timeout`, `connection`, `script`...);
+    /// - [`REDIS_FAIL_OPEN`](crate::observe::REDIS_FAIL_OPEN) and
+    ///   [`REDIS_FAIL_CLOSED`](crate::observe::REDIS_FAIL_CLOSED): the requests its
+    ///   [policy](FailurePolicy) answered because Redis could not decide.
+    ///
+    /// Each with the labels `limiter` and `kind` (`token_bucket`, `fixed_window`,
+    /// `sliding_log`). Its metrics are registered when the limiter is made: install the
+    /// exporter's recorder first. Its events, with the target `token_bucket`: a `warn` for
+    /// each request allowed because Redis could not decide, with the error; a `debug` for
+    /// each refusal (by the limit, by the fail-closed policy, or by Redis for the keys'
+    /// hash slots); a `debug` span `wait` around the waiting of an
+    /// [`acquire`](super::RedisLimiter::acquire) refused at first (of a
+    /// [`RedisAll`](super::RedisAll), the span of its first named member's limiter), with
+    /// a `trace` event before each sleep and when it is granted. Nothing else at `info` or
+    /// above.
+    ///
+    /// A [`LeasedBucket`](super::LeasedBucket) is named on its own, by
+    /// [`LeaseOptions::with_name`](super::LeaseOptions::with_name).
+    ///
+    /// ```
+    /// use token_bucket::redis::{FailurePolicy, RedisOptions};
+    ///
+    /// let options = RedisOptions::new(FailurePolicy::FailOpen).with_name("search-api");
+    /// assert_eq!(options.name(), Some("search-api"));
+    /// assert_eq!(RedisOptions::new(FailurePolicy::FailOpen).name(), None);
+    /// ```
+    pub fn with_name(mut self, name: impl Into<String>) -> RedisOptions {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The name the limiter reports under, if [`with_name`](Self::with_name) gave one.
+    ///
+    /// ```
+    /// use token_bucket::redis::{FailurePolicy, RedisOptions};
+    ///
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed).with_name("billing");
+    /// assert_eq!(options.name(), Some("billing"));
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// What the limiter answers when Redis cannot decide.

@@ -53,6 +53,8 @@ pub struct SlidingLogScript {
 impl WindowKind for SlidingLogScript {
     const TAG: &'static str = "sl";
 
+    const KIND: &'static str = "sliding_log";
+
     // One key then holds at most about 4 MB, and one decision adds at most that many
     // members.
     const MAX_LIMIT: u64 = 1 << 16;

@@ -119,6 +119,8 @@ impl TokenBucketScript {
 impl Algorithm for TokenBucketScript {
     const TAG: &'static str = "tb";
 
+    const KIND: &'static str = "token_bucket";
+
     fn limit(&self) -> u64 {
         self.capacity
     }

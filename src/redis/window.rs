@@ -64,6 +64,9 @@ pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
     /// the permits asked for.
     const TAG: &'static str;
 
+    /// As [`Algorithm::KIND`].
+    const KIND: &'static str;
+
     /// The largest limit the kind accepts.
     const MAX_LIMIT: u64;
 
@@ -74,6 +77,8 @@ pub trait WindowKind: std::fmt::Debug + Send + Sync + 'static {
 
 impl<K: WindowKind> Algorithm for K {
     const TAG: &'static str = K::TAG;
+
+    const KIND: &'static str = K::KIND;
 
     fn limit(&self) -> u64 {
         self.settings().limit

@@ -13,6 +13,7 @@ use super::budget::{Budget, Lease, Piece};
 use super::sizing::{lease_bounds, millis_for, tokens_in, Demand};
 use super::source::{LeaseSource, Taken};
 use super::task;
+use crate::observe::redis::LeaseObserver;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
 /// A front's settings, checked.
@@ -67,6 +68,14 @@ pub(crate) enum Reply {
     Failed(RedisLimitError),
 }
 
+/// How a queued request was allowed.
+enum Allowed {
+    /// With tokens from the leases.
+    Granted,
+    /// Without a decision (see [`Reply::FailedOpen`]).
+    FailedOpen,
+}
+
 #[derive(Debug)]
 struct Waiter {
     tokens: u64,
@@ -111,6 +120,8 @@ pub(crate) struct Front<S> {
     /// Whether the lease task has ended, for [`close`](Front::close).
     stopped: watch::Sender<bool>,
     pub(crate) counters: Counters,
+    /// Nothing unless the front is named (see `observe/redis.rs`).
+    pub(crate) observer: LeaseObserver,
 }
 
 /// Whether a request was granted at once or queued.
@@ -120,7 +131,7 @@ enum Begun {
 }
 
 impl<S: LeaseSource> Front<S> {
-    pub(crate) fn new(source: S, settings: Settings) -> Front<S> {
+    pub(crate) fn new(source: S, settings: Settings, observer: LeaseObserver) -> Front<S> {
         let now = Instant::now();
         Front {
             source,
@@ -139,6 +150,7 @@ impl<S: LeaseSource> Front<S> {
             wake: Notify::new(),
             stopped: watch::Sender::new(false),
             counters: Counters::default(),
+            observer,
         }
     }
 
@@ -157,9 +169,58 @@ impl<S: LeaseSource> Front<S> {
     }
 
     async fn request(self: &Arc<Self>, tokens: u64, kind: Kind) -> Result<(), RedisLimitError> {
-        match self.begin(tokens, kind)? {
-            Begun::Granted => Ok(()),
-            Begun::Queued(receiver) => Queued::new(self, receiver).outcome().await,
+        match self.begin(tokens, kind) {
+            Ok(Begun::Granted) => {
+                self.observer.bucket().admitted(tokens);
+                Ok(())
+            }
+            Ok(Begun::Queued(receiver)) => self.wait(tokens, receiver).await,
+            Err(error) => {
+                self.report_refusal(tokens, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits for the reply of a request for `tokens` queued with `receiver`; for a named
+    /// front, in its wait span, reporting how it ended.
+    async fn wait(
+        self: &Arc<Self>,
+        tokens: u64,
+        receiver: oneshot::Receiver<Reply>,
+    ) -> Result<(), RedisLimitError> {
+        let queued = Queued::new(self, receiver);
+        if self.observer.name().is_none() {
+            return queued.outcome().await.map(drop);
+        }
+        let since = Instant::now();
+        let watched = async {
+            let outcome = queued.outcome().await;
+            match &outcome {
+                Ok(Allowed::Granted) => self.observer.bucket().waited(tokens, since.elapsed()),
+                // Reported when the call failed.
+                Ok(Allowed::FailedOpen) => {}
+                Err(error) => self.report_refusal(tokens, error),
+            }
+            outcome.map(drop)
+        };
+        #[cfg(feature = "tracing")]
+        if let Some(span) = self.observer.bucket().wait_span(tokens) {
+            return tracing::Instrument::instrument(watched, span).await;
+        }
+        watched.await
+    }
+
+    /// Reports a request for `tokens` that ended with `error`, if it is a refusal: by
+    /// the bucket (`Limited`) or for more than its capacity. Those failed or refused
+    /// because Redis could not decide are reported with the call.
+    fn report_refusal(&self, tokens: u64, error: &RedisLimitError) {
+        match error {
+            RedisLimitError::Limited { retry_after } => {
+                self.observer.bucket().refused(tokens, Some(*retry_after));
+            }
+            RedisLimitError::ExceedsLimit { .. } => self.observer.bucket().refused(tokens, None),
+            _ => {}
         }
     }
 
@@ -303,8 +364,15 @@ impl<S: LeaseSource> Front<S> {
     }
 
     /// Answers every queued request with what `reply` makes for it, for those `which`
-    /// picks, keeping the others in order.
-    fn answer(&self, state: &mut State, which: Option<Kind>, mut reply: impl FnMut() -> Reply) {
+    /// picks, keeping the others in order. `failure`, when the answers are the failure
+    /// policy's for a call that failed so.
+    fn answer(
+        &self,
+        state: &mut State,
+        which: Option<Kind>,
+        mut reply: impl FnMut() -> Reply,
+        failure: Option<&RedisLimitError>,
+    ) {
         let mut kept = VecDeque::new();
         while !state.queue.is_empty() {
             let waiter = self.pop(state);
@@ -313,9 +381,20 @@ impl<S: LeaseSource> Front<S> {
                 continue;
             }
             let answer = reply();
-            if matches!(answer, Reply::FailedOpen) && !waiter.reply.is_closed() {
-                self.source.count_fail_open();
-                Counters::add(&self.counters.granted, waiter.tokens);
+            if !waiter.reply.is_closed() {
+                match (&answer, failure) {
+                    (Reply::FailedOpen, _) => {
+                        self.source.count_fail_open();
+                        Counters::add(&self.counters.granted, waiter.tokens);
+                        if let Some(error) = failure {
+                            self.observer.failed_open(waiter.tokens, error);
+                        }
+                    }
+                    (Reply::Failed(_), Some(error)) => {
+                        self.observer.failed_closed(waiter.tokens, error);
+                    }
+                    _ => {}
+                }
             }
             let _ = waiter.reply.send(answer);
         }
@@ -332,7 +411,12 @@ impl<S: LeaseSource> Front<S> {
         self.serve(&mut state, now);
         if state.closed {
             ended.extend(state.budget.drain());
-            self.answer(&mut state, None, || Reply::Failed(RedisLimitError::Closed));
+            self.answer(
+                &mut state,
+                None,
+                || Reply::Failed(RedisLimitError::Closed),
+                None,
+            );
             return (ended, Next::Stop);
         }
         let reserved = state.budget.reserved(now);
@@ -379,6 +463,7 @@ impl<S: LeaseSource> Front<S> {
                 wait,
             }) => {
                 Counters::add(&self.counters.leased, tokens);
+                self.observer.leased(tokens);
                 // The source began the lease `wait` after it decided, which was after the
                 // call began and before its reply came back.
                 let usable_from = arrived + wait;
@@ -414,21 +499,30 @@ impl<S: LeaseSource> Front<S> {
             }
             let (held, rate) = (state.budget.reserved(arrived), self.source.rate());
             let refused = Self::known_wait(&state, arrived);
-            self.answer(&mut state, Some(Kind::Try), || {
-                let ahead = waits.pop_front().unwrap_or(1);
-                let retry_after = millis_for(rate, ahead.saturating_sub(held).max(1)).max(refused);
-                Reply::Failed(RedisLimitError::Limited { retry_after })
-            });
+            self.answer(
+                &mut state,
+                Some(Kind::Try),
+                || {
+                    let ahead = waits.pop_front().unwrap_or(1);
+                    let retry_after =
+                        millis_for(rate, ahead.saturating_sub(held).max(1)).max(refused);
+                    Reply::Failed(RedisLimitError::Limited { retry_after })
+                },
+                None,
+            );
         }
     }
 
     /// Answers every queued request as the failure policy says for a call that failed
     /// with `error`.
     fn fail(&self, state: &mut State, error: &RedisLimitError) {
-        match self.source.policy() {
-            FailurePolicy::FailOpen => self.answer(state, None, || Reply::FailedOpen),
-            FailurePolicy::FailClosed => self.answer(state, None, || Reply::Failed(error.clone())),
-        }
+        self.observer.call_failed(error);
+        let policy = self.source.policy();
+        let reply = || match policy {
+            FailurePolicy::FailOpen => Reply::FailedOpen,
+            FailurePolicy::FailClosed => Reply::Failed(error.clone()),
+        };
+        self.answer(state, None, reply, Some(error));
     }
 
     /// Whether giving back `lease` at `now` could return anything: the source takes off
@@ -469,7 +563,12 @@ impl<S: LeaseSource> Front<S> {
         let mut state = self.lock();
         state.closed = true;
         state.task = TaskState::Stopped;
-        self.answer(&mut state, None, || Reply::Failed(RedisLimitError::Closed));
+        self.answer(
+            &mut state,
+            None,
+            || Reply::Failed(RedisLimitError::Closed),
+            None,
+        );
         drop(state);
         self.stopped.send_replace(true);
     }
@@ -506,12 +605,13 @@ impl<'a, S: LeaseSource> Queued<'a, S> {
         }
     }
 
-    async fn outcome(mut self) -> Result<(), RedisLimitError> {
+    async fn outcome(mut self) -> Result<Allowed, RedisLimitError> {
         let receiver = self.receiver.as_mut().expect("not yet answered");
         let reply = receiver.await;
         self.receiver = None;
         match reply {
-            Ok(Reply::Granted(_) | Reply::FailedOpen) => Ok(()),
+            Ok(Reply::Granted(_)) => Ok(Allowed::Granted),
+            Ok(Reply::FailedOpen) => Ok(Allowed::FailedOpen),
             Ok(Reply::Failed(error)) => Err(error),
             // Every queued request is answered before the lease task ends.
             Err(_) => Err(RedisLimitError::Closed),

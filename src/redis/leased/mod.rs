@@ -29,6 +29,7 @@ use self::source::RedisSource;
 use super::connection::RedisConnection;
 use super::{RedisLimitError, RedisTokenBucket};
 use crate::error::ConfigError;
+use crate::observe::redis::LeaseObserver;
 
 /// A local front over one key of a [`RedisTokenBucket`]: it takes tokens from the Redis
 /// bucket in batches, leases, and grants them from its in-process budget, so that a hot
@@ -179,11 +180,22 @@ impl<C: RedisConnection> RedisTokenBucket<C> {
     pub fn leased(&self, key: &str, options: LeaseOptions) -> Result<LeasedBucket<C>, ConfigError> {
         let settings = options.settings(self.capacity())?;
         let source = RedisSource::new(self.clone(), self.redis_key(key));
+        // Named once its options are checked, so that a refused front registers nothing.
+        let observer = match options.name() {
+            Some(name) => LeaseObserver::named(name),
+            None => LeaseObserver::default(),
+        };
+        let front = Arc::new(Front::new(source, settings, observer));
+        #[cfg(feature = "metrics")]
+        {
+            let watched = Arc::downgrade(&front);
+            front
+                .observer
+                .bucket()
+                .gauge(move || Some(watched.upgrade()?.held_and_queued()));
+        }
         Ok(LeasedBucket {
-            handle: Arc::new(Handle {
-                front: Arc::new(Front::new(source, settings)),
-                options,
-            }),
+            handle: Arc::new(Handle { front, options }),
         })
     }
 }
@@ -403,7 +415,31 @@ impl<C: RedisConnection> LeasedBucket<C> {
     /// # }
     /// ```
     pub fn lease_options(&self) -> LeaseOptions {
-        self.handle.options
+        self.handle.options.clone()
+    }
+
+    /// The name it reports under, if [`LeaseOptions::with_name`] gave one.
+    ///
+    /// ```
+    /// use token_bucket::redis::{driver, FailurePolicy, LeaseOptions, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::Rate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let config = driver::aio::ConnectionManagerConfig::new();
+    /// let connection = driver::aio::ConnectionManager::new_lazy_with_config(client, config)?;
+    /// let options = RedisOptions::new(FailurePolicy::FailClosed).with_name("api");
+    /// let limiter = RedisTokenBucket::new(connection, Rate::per_second(100), 100, options)?;
+    /// let front = limiter.leased("hot", LeaseOptions::new().with_name("api-front"))?;
+    /// assert_eq!(front.name(), Some("api-front"));
+    /// // Its own name, not its limiter's.
+    /// assert_eq!(limiter.leased("hot", LeaseOptions::new())?.name(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.front().observer.name()
     }
 
     /// The largest lease in use: the one set, or a quarter of the capacity.

@@ -22,6 +22,7 @@ pub(crate) async fn run<S: LeaseSource>(front: Arc<Front<S>>) {
             Next::Fetch { fewest, most } => {
                 let started = Instant::now();
                 Counters::add(&front.counters.calls, 1);
+                front.observer.lease_call();
                 let ahead = front.settings.lifetime;
                 let outcome = front.source.take(fewest, most, ahead).await;
                 front.fetched(outcome, started, Instant::now());
@@ -46,7 +47,10 @@ async fn give_back<S: LeaseSource>(front: &Front<S>, leases: Vec<Lease>, now: In
         }
         Counters::add(&front.counters.calls, 1);
         Counters::add(&front.counters.given_back, lease.tokens);
-        let _ = front.source.give_back(lease.tokens, lease.ticket).await;
+        front.observer.giving_back(lease.tokens);
+        if let Err(error) = front.source.give_back(lease.tokens, lease.ticket).await {
+            front.observer.give_back_failed(&error);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use super::front::{Front, Settings};
 use super::source::{LeaseSource, LeaseTicket, Taken};
+use crate::observe::redis::LeaseObserver;
 use crate::rate::Rate;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
@@ -235,7 +236,7 @@ fn front(fake: &Fake, idle: Duration, max_lease: u64) -> Arc<Front<Fake>> {
         idle,
         max_lease,
     };
-    Arc::new(Front::new(fake.clone(), settings))
+    Arc::new(Front::new(fake.clone(), settings, LeaseObserver::default()))
 }
 
 fn take_call(at: u64, fewest: u64, most: u64, got: u64) -> Call {
