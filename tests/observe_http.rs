@@ -4,17 +4,16 @@
 //! its `tracing` events at their levels. An unnamed layer registers nothing.
 #![cfg(all(feature = "http", feature = "metrics", feature = "tracing"))]
 
-use std::collections::HashMap;
+mod common;
+
 use std::convert::Infallible;
 use std::future::Future;
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use common::observe::{lines_with_spans_at, Metrics, ONE_AT_A_TIME};
 use http::{Request, Response, StatusCode};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use metrics_util::{CompositeKey, MetricKind};
+use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use token_bucket::http::{ClientIp, ClientKey, LocalLayer, RateLimitLayer};
 use token_bucket::observe::{
     HTTP_ADMITTED_REQUESTS, HTTP_ALLOW_LISTED_REQUESTS, HTTP_REFUSED_REQUESTS,
@@ -24,16 +23,9 @@ use token_bucket::{FixedWindow, Rate, SlidingLog, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Taken by every test of this file while it runs, one test at a time. `tracing` caches
-/// whether a callsite is wanted once for the whole process, from the dispatcher of the
-/// thread that reaches it first: a test reaching a callsite on a thread without a
-/// subscriber while the events test holds its own could cache it as unwanted, and the
-/// events test would miss it. Installing a subscriber recomputes what was cached before.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 /// Runs `test` on a current-thread runtime whose clock is paused, alone.
 fn paused<F: Future>(test: F) -> F::Output {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let _alone = ONE_AT_A_TIME.blocking_lock();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -81,70 +73,19 @@ fn recorded<T>(build: impl FnOnce() -> T) -> (T, Snapshotter) {
     (metrics::with_local_recorder(&recorder, build), snapshotter)
 }
 
-/// Every metric the recorder holds, by key. A snapshot takes the counters' counts, so
-/// each check takes one and reads every metric from it.
-struct Metrics(HashMap<CompositeKey, DebugValue>);
-
-impl Metrics {
-    fn of(snapshotter: &Snapshotter) -> Metrics {
-        let snapshot = snapshotter.snapshot().into_hashmap();
-        Metrics(
-            snapshot
-                .into_iter()
-                .map(|(key, (_, _, value))| (key, value))
-                .collect(),
-        )
-    }
-
-    fn value(&self, kind: MetricKind, name: &str, labels: &[(&str, &str)]) -> &DebugValue {
-        let labels = labels
-            .iter()
-            .map(|(label, value)| metrics::Label::new(label.to_string(), value.to_string()))
-            .collect::<Vec<_>>();
-        let key = metrics::Key::from_parts(name.to_owned(), labels);
-        match self.0.get(&CompositeKey::new(kind, key.clone())) {
-            Some(value) => value,
-            None => panic!("{key:?} not registered: {:#?}", self.0.keys()),
-        }
-    }
-
-    /// The counter `name` of the layer named `limiter`.
-    fn counter(&self, name: &str, limiter: &str) -> u64 {
-        match self.value(MetricKind::Counter, name, &[("limiter", limiter)]) {
-            DebugValue::Counter(count) => *count,
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-
-    /// The layer `limiter`'s refusals by `limit`.
-    fn refused(&self, limiter: &str, limit: &str) -> u64 {
+/// Every refusal of the layer `limiter`, by `limit` label, in the label's order.
+fn refusals(metrics: &Metrics, limiter: &str) -> [u64; 5] {
+    [
+        "key",
+        "global",
+        "too_many_keys",
+        "missing_key",
+        "unavailable",
+    ]
+    .map(|limit| {
         let labels = [("limiter", limiter), ("limit", limit)];
-        match self.value(MetricKind::Counter, HTTP_REFUSED_REQUESTS, &labels) {
-            DebugValue::Counter(count) => *count,
-            other => panic!("{limit}: {other:?}"),
-        }
-    }
-
-    /// Every refusal of the layer `limiter`, by `limit` label, in the label's order.
-    fn refusals(&self, limiter: &str) -> [u64; 5] {
-        [
-            "key",
-            "global",
-            "too_many_keys",
-            "missing_key",
-            "unavailable",
-        ]
-        .map(|limit| self.refused(limiter, limit))
-    }
-
-    /// The seconds each request of the layer `limiter` waited.
-    fn waits(&self, limiter: &str) -> Vec<f64> {
-        let labels = [("limiter", limiter)];
-        match self.value(MetricKind::Histogram, HTTP_WAIT_SECONDS, &labels) {
-            DebugValue::Histogram(waits) => waits.iter().map(|wait| wait.into_inner()).collect(),
-            other => panic!("{other:?}"),
-        }
-    }
+        metrics.counter(HTTP_REFUSED_REQUESTS, &labels)
+    })
 }
 
 /// Each client: 3 at once, one more a second. The whole service: 5 in each 10 s. One
@@ -206,19 +147,23 @@ fn a_named_layer_counts_each_request_under_what_decided_it() {
             ]
         );
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "edge"), 5);
-        assert_eq!(metrics.refusals("edge"), [1, 1, 0, 1, 0]);
-        assert_eq!(metrics.counter(HTTP_ALLOW_LISTED_REQUESTS, "edge"), 4);
-        assert_eq!(metrics.counter(HTTP_SHADOW_REFUSED_REQUESTS, "edge"), 0);
-        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, "edge"), 0);
-        assert_eq!(metrics.waits("edge"), Vec::<f64>::new());
+        let labels = [("limiter", "edge")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 5);
+        assert_eq!(refusals(&metrics, "edge"), [1, 1, 0, 1, 0]);
+        assert_eq!(metrics.counter(HTTP_ALLOW_LISTED_REQUESTS, &labels), 4);
+        assert_eq!(metrics.counter(HTTP_SHADOW_REFUSED_REQUESTS, &labels), 0);
+        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, &labels), 0);
+        assert_eq!(
+            metrics.histogram(HTTP_WAIT_SECONDS, &labels),
+            Vec::<f64>::new()
+        );
         // Only the layer's own series, labelled with its name, never with a client's key:
         // 5 counters, the refusals under 5 labels, and the histogram.
-        assert_eq!(metrics.0.len(), 10, "{:#?}", metrics.0.keys());
-        for key in metrics.0.keys() {
-            let labels: Vec<_> = key.key().labels().map(|label| label.key()).collect();
+        assert_eq!(metrics.series().len(), 10, "{:#?}", metrics.series());
+        for key in metrics.series() {
+            let label_names: Vec<_> = key.key().labels().map(|label| label.key()).collect();
             assert!(
-                labels == ["limiter"] || labels == ["limiter", "limit"],
+                label_names == ["limiter"] || label_names == ["limiter", "limit"],
                 "{key:?}"
             );
         }
@@ -246,8 +191,9 @@ fn a_full_key_table_is_counted_as_too_many_keys() {
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         }
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "small"), 1);
-        assert_eq!(metrics.refusals("small"), [0, 0, 2, 0, 0]);
+        let labels = [("limiter", "small")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 1);
+        assert_eq!(refusals(&metrics, "small"), [0, 0, 2, 0, 0]);
     });
 }
 
@@ -272,10 +218,11 @@ fn a_shadow_layer_counts_what_it_would_have_refused() {
         }
         assert_eq!(send(&mut service, None).await, StatusCode::OK);
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "trial"), 2);
-        assert_eq!(metrics.counter(HTTP_SHADOW_REFUSED_REQUESTS, "trial"), 3);
+        let labels = [("limiter", "trial")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 2);
+        assert_eq!(metrics.counter(HTTP_SHADOW_REFUSED_REQUESTS, &labels), 3);
         assert_eq!(layer.shadow_refusals(), 3);
-        assert_eq!(metrics.refusals("trial"), [0; 5]);
+        assert_eq!(refusals(&metrics, "trial"), [0; 5]);
     });
 }
 
@@ -337,10 +284,11 @@ fn waits_are_counted_with_the_seconds_waited() {
             ]
         );
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "queue"), 3);
-        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, "queue"), 2);
-        assert_eq!(metrics.waits("queue"), [0.5, 1.0]);
-        assert_eq!(metrics.refusals("queue"), [1, 0, 0, 0, 0]);
+        let labels = [("limiter", "queue")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 3);
+        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, &labels), 2);
+        assert_eq!(metrics.histogram(HTTP_WAIT_SECONDS, &labels), [0.5, 1.0]);
+        assert_eq!(refusals(&metrics, "queue"), [1, 0, 0, 0, 0]);
 
         // Now a global limit of 1 a second, one at once, that each new client waits for.
         let (global, snapshotter) = recorded(|| {
@@ -365,10 +313,11 @@ fn waits_are_counted_with_the_seconds_waited() {
             ]
         );
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "shared"), 2);
-        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, "shared"), 1);
-        assert_eq!(metrics.waits("shared"), [1.0]);
-        assert_eq!(metrics.refusals("shared"), [0, 1, 0, 0, 0]);
+        let labels = [("limiter", "shared")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 2);
+        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, &labels), 1);
+        assert_eq!(metrics.histogram(HTTP_WAIT_SECONDS, &labels), [1.0]);
+        assert_eq!(refusals(&metrics, "shared"), [0, 1, 0, 0, 0]);
 
         // A request that waits its client's 500 ms, then finds the global window spent by
         // two other clients meanwhile: refused by the global limit at the bound, and not
@@ -398,10 +347,14 @@ fn waits_are_counted_with_the_seconds_waited() {
             ]
         );
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "late"), 3);
-        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, "late"), 0);
-        assert_eq!(metrics.waits("late"), Vec::<f64>::new());
-        assert_eq!(metrics.refusals("late"), [0, 1, 0, 0, 0]);
+        let labels = [("limiter", "late")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 3);
+        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, &labels), 0);
+        assert_eq!(
+            metrics.histogram(HTTP_WAIT_SECONDS, &labels),
+            Vec::<f64>::new()
+        );
+        assert_eq!(refusals(&metrics, "late"), [0, 1, 0, 0, 0]);
     });
 }
 
@@ -435,28 +388,6 @@ fn an_unnamed_layer_reports_nothing() {
     });
 }
 
-/// A buffer a `tracing` subscriber writes to.
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buffer {
-    fn lines(&self) -> Vec<String> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines().map(str::to_owned).collect()
-    }
-}
-
 /// Events at their levels: each refusal (by the client's limit, for want of a key, in a
 /// wait that could not pass) at `debug` with the limit and `Retry-After`, the client's
 /// address only at `trace`; the wait's `debug` span, and the admission after waiting at
@@ -469,38 +400,30 @@ fn a_named_layer_emits_its_events_at_their_levels() {
             (tracing::Level::DEBUG, 3),
             (tracing::Level::INFO, 0),
         ] {
-            let buffer = Buffer::default();
-            let writer = buffer.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(level)
-                .with_ansi(false)
-                .without_time()
-                .with_span_events(FmtSpan::NEW)
-                .with_writer(move || writer.clone())
-                .finish();
-            let _default = tracing::subscriber::set_default(subscriber);
-            let named = |name: Option<&str>| {
-                let builder = RateLimitLayer::builder(
-                    ClientIp::peer(),
-                    TokenBucket::new(Rate::per_second(1), 1).unwrap(),
-                )
-                .wait_up_to(Duration::from_secs(1));
-                match name {
-                    Some(name) => builder.name(name).build().unwrap(),
-                    None => builder.build().unwrap(),
+            let lines = lines_with_spans_at(level, FmtSpan::NEW, || async {
+                let named = |name: Option<&str>| {
+                    let builder = RateLimitLayer::builder(
+                        ClientIp::peer(),
+                        TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+                    )
+                    .wait_up_to(Duration::from_secs(1));
+                    match name {
+                        Some(name) => builder.name(name).build().unwrap(),
+                        None => builder.build().unwrap(),
+                    }
+                };
+                for layer in [named(Some("edge")), named(None)] {
+                    let service = layer.layer(ok_service());
+                    // At once; after 1 s of waiting; refused at once, as it would wait 2 s.
+                    let answers = send_in_turn(&service, &["192.0.2.1"; 3]).await;
+                    let statuses: Vec<_> = answers.iter().map(|(status, _)| *status).collect();
+                    use StatusCode as S;
+                    assert_eq!(statuses, [S::OK, S::OK, S::TOO_MANY_REQUESTS]);
+                    let mut service = service;
+                    assert_eq!(send(&mut service, None).await, S::INTERNAL_SERVER_ERROR);
                 }
-            };
-            for layer in [named(Some("edge")), named(None)] {
-                let service = layer.layer(ok_service());
-                // At once; after 1 s of waiting; refused at once, as it would wait 2 s.
-                let answers = send_in_turn(&service, &["192.0.2.1"; 3]).await;
-                let statuses: Vec<_> = answers.iter().map(|(status, _)| *status).collect();
-                use StatusCode as S;
-                assert_eq!(statuses, [S::OK, S::OK, S::TOO_MANY_REQUESTS]);
-                let mut service = service;
-                assert_eq!(send(&mut service, None).await, S::INTERNAL_SERVER_ERROR);
-            }
-            let lines = buffer.lines();
+            })
+            .await;
             assert_eq!(lines.len(), expected, "{level}: {lines:#?}");
             let has = |level: &str, text: &str| {
                 lines.iter().any(|line| {
@@ -567,7 +490,7 @@ mod redis_server;
 fn a_named_redis_layer_counts_which_limit_refused() {
     use token_bucket::redis::{FailurePolicy, RedisFixedWindow, RedisOptions, RedisTokenBucket};
 
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let _alone = ONE_AT_A_TIME.blocking_lock();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -625,8 +548,9 @@ fn a_named_redis_layer_counts_which_limit_refused() {
             ]
         );
         let metrics = Metrics::of(&snapshotter);
-        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, "fleet"), 3);
-        assert_eq!(metrics.refusals("fleet"), [1, 1, 0, 0, 1]);
-        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, "fleet"), 0);
+        let labels = [("limiter", "fleet")];
+        assert_eq!(metrics.counter(HTTP_ADMITTED_REQUESTS, &labels), 3);
+        assert_eq!(refusals(&metrics, "fleet"), [1, 1, 0, 0, 1]);
+        assert_eq!(metrics.counter(HTTP_WAITED_REQUESTS, &labels), 0);
     });
 }

@@ -4,13 +4,13 @@
 //! recorder on paused time, and its `tracing` events at their levels.
 #![cfg(all(feature = "metrics", feature = "tracing"))]
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use metrics_util::{CompositeKey, MetricKind};
+use common::observe::{lines_at, Metrics, ONE_AT_A_TIME};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::MetricKind;
 use token_bucket::observe::{
     self, ADMITTED_PERMITS, FORGOTTEN_KEYS, KEYS, REFUSED_REQUESTS, TOO_MANY_KEYS, WAITED_REQUESTS,
     WAIT_SECONDS,
@@ -19,74 +19,8 @@ use token_bucket::{
     AcquireError, FixedWindow, Keyed, Rate, SlidingLog, TokenBucket, TryAcquireError,
 };
 
-/// Taken by every test of this file, so that they run one at a time. `tracing` caches
-/// whether an event is wanted per call site, for all threads: a test deciding on one
-/// thread, without a subscriber, while another sets or drops its own, can leave a call
-/// site switched off for it (events went missing in about one run of twenty).
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Every metric the recorder holds, from one snapshot (which takes the counters' counts:
-/// they start again from 0), read as those of the `Keyed` named "per-user".
-struct Metrics(HashMap<CompositeKey, DebugValue>);
-
-impl Metrics {
-    fn of(snapshotter: &Snapshotter) -> Metrics {
-        let snapshot = snapshotter.snapshot().into_hashmap();
-        Metrics(
-            snapshot
-                .into_iter()
-                .map(|(key, (_, _, value))| (key, value))
-                .collect(),
-        )
-    }
-
-    fn value(&self, kind: MetricKind, name: &str) -> Option<&DebugValue> {
-        let labels = [
-            metrics::Label::new("limiter", "per-user"),
-            metrics::Label::new("kind", "keyed"),
-        ];
-        let key = metrics::Key::from_parts(name.to_owned(), labels.to_vec());
-        self.0.get(&CompositeKey::new(kind, key))
-    }
-
-    fn counter(&self, name: &str) -> u64 {
-        match self.value(MetricKind::Counter, name) {
-            Some(DebugValue::Counter(count)) => *count,
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn keys(&self) -> f64 {
-        match self.value(MetricKind::Gauge, KEYS) {
-            Some(DebugValue::Gauge(gauge)) => gauge.into_inner(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn waits(&self) -> Vec<f64> {
-        match self.value(MetricKind::Histogram, WAIT_SECONDS) {
-            Some(DebugValue::Histogram(waits)) => {
-                waits.iter().map(|wait| wait.into_inner()).collect()
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// The names of the metrics held, each with its labels' values.
-    fn names(&self) -> Vec<(String, Vec<String>)> {
-        let mut names: Vec<_> = self
-            .0
-            .keys()
-            .map(|key| {
-                let key = key.key();
-                let labels = key.labels().map(|label| label.value().to_owned());
-                (key.name().to_owned(), labels.collect())
-            })
-            .collect();
-        names.sort();
-        names
-    }
-}
+/// The labels of the `Keyed` named "per-user".
+const PER_USER: &[(&str, &str)] = &[("limiter", "per-user"), ("kind", "keyed")];
 
 /// A scripted workload on compact `FixedWindow` keys, counted exactly: admissions on
 /// a key's word and on its whole limiter, refusals, new keys refused for want of room,
@@ -131,13 +65,16 @@ async fn a_named_keyed_counts_every_decision_exactly() {
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     observe::record_gauges();
     let metrics = Metrics::of(&snapshotter);
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 2 + 1 + 1 + 1 + 1);
-    assert_eq!(metrics.counter(REFUSED_REQUESTS), 1 + 3 + 1);
-    assert_eq!(metrics.counter(TOO_MANY_KEYS), 3);
-    assert_eq!(metrics.counter(WAITED_REQUESTS), 1);
-    assert_eq!(metrics.counter(FORGOTTEN_KEYS), 0);
-    assert_eq!(metrics.waits(), [1.0]);
-    assert_eq!(metrics.keys(), 2.0);
+    assert_eq!(
+        metrics.counter(ADMITTED_PERMITS, PER_USER),
+        2 + 1 + 1 + 1 + 1
+    );
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, PER_USER), 1 + 3 + 1);
+    assert_eq!(metrics.counter(TOO_MANY_KEYS, PER_USER), 3);
+    assert_eq!(metrics.counter(WAITED_REQUESTS, PER_USER), 1);
+    assert_eq!(metrics.counter(FORGOTTEN_KEYS, PER_USER), 0);
+    assert_eq!(metrics.histogram(WAIT_SECONDS, PER_USER), [1.0]);
+    assert_eq!(metrics.gauge(KEYS, PER_USER), 2.0);
     let labels = vec!["per-user".to_owned(), "keyed".to_owned()];
     let names: Vec<_> = [
         ADMITTED_PERMITS,
@@ -158,9 +95,9 @@ async fn a_named_keyed_counts_every_decision_exactly() {
     assert_eq!(keyed.retain_recent(), 2);
     observe::record_gauges();
     let metrics = Metrics::of(&snapshotter);
-    assert_eq!(metrics.counter(FORGOTTEN_KEYS), 2);
-    assert_eq!(metrics.keys(), 0.0);
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 0);
+    assert_eq!(metrics.counter(FORGOTTEN_KEYS, PER_USER), 2);
+    assert_eq!(metrics.gauge(KEYS, PER_USER), 0.0);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, PER_USER), 0);
 }
 
 /// Keys held whole (a `SlidingLog` has no one-word form) and keys of a bucket report
@@ -194,10 +131,10 @@ async fn whole_keys_and_bucket_keys_report_under_the_keyeds_name() {
     assert!(buckets.try_acquire_decision(&1, 1).result.is_err());
     buckets.acquire(&1, 1).await.unwrap();
     let metrics = Metrics::of(&snapshotter);
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 2 * 2);
-    assert_eq!(metrics.counter(REFUSED_REQUESTS), 2);
-    assert_eq!(metrics.counter(WAITED_REQUESTS), 2);
-    assert_eq!(metrics.waits(), [1.0, 0.5]);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, PER_USER), 2 * 2);
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, PER_USER), 2);
+    assert_eq!(metrics.counter(WAITED_REQUESTS, PER_USER), 2);
+    assert_eq!(metrics.histogram(WAIT_SECONDS, PER_USER), [1.0, 0.5]);
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let template = key.key().labels().any(|label| label.value() == "template");
         if template && key.kind() == MetricKind::Counter {
@@ -227,21 +164,6 @@ async fn an_unnamed_keyed_reports_nothing() {
     assert!(snapshotter.snapshot().into_vec().is_empty());
 }
 
-/// A buffer a `tracing` subscriber writes to.
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Its events at their levels, under its name with the `kind` `keyed`: a refusal and a
 /// new key refused for room at `debug`, a grant after waiting at `trace` inside the
 /// wait's `debug` span; nothing at `info`; nothing from its keys' limiters, nor from an
@@ -254,31 +176,23 @@ async fn a_named_keyed_emits_its_events_at_their_levels() {
         (tracing::Level::DEBUG, 2),
         (tracing::Level::INFO, 0),
     ] {
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .without_time()
-            .with_writer(move || writer.clone())
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
-        let template = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
-        let named: Keyed<u64, FixedWindow> = Keyed::builder(template.clone())
-            .max_keys(1)
-            .name("per-user")
-            .build()
-            .unwrap();
-        let unnamed: Keyed<u64, FixedWindow> =
-            Keyed::builder(template).max_keys(1).build().unwrap();
-        for keyed in [named, unnamed] {
-            keyed.try_acquire(&1, 1).unwrap();
-            assert!(keyed.try_acquire(&1, 1).is_err());
-            assert!(keyed.try_acquire(&2, 1).is_err());
-            keyed.acquire(&1, 1).await.unwrap();
-        }
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = lines_at(level, || async {
+            let template = FixedWindow::new(1, Duration::from_secs(1)).unwrap();
+            let named: Keyed<u64, FixedWindow> = Keyed::builder(template.clone())
+                .max_keys(1)
+                .name("per-user")
+                .build()
+                .unwrap();
+            let unnamed: Keyed<u64, FixedWindow> =
+                Keyed::builder(template).max_keys(1).build().unwrap();
+            for keyed in [named, unnamed] {
+                keyed.try_acquire(&1, 1).unwrap();
+                assert!(keyed.try_acquire(&1, 1).is_err());
+                assert!(keyed.try_acquire(&2, 1).is_err());
+                keyed.acquire(&1, 1).await.unwrap();
+            }
+        })
+        .await;
         assert_eq!(lines.len(), expected, "{level}: {lines:#?}");
         let has = |level: &str, text: &str| {
             lines.iter().any(|line| {

@@ -3,79 +3,17 @@
 //! `metrics-util`'s debugging recorder, and their `tracing` events at their levels.
 #![cfg(all(feature = "metrics", feature = "tracing"))]
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use metrics_util::{CompositeKey, MetricKind};
+use common::observe::{lines_at, Metrics, ONE_AT_A_TIME};
+use metrics_util::debugging::DebuggingRecorder;
 use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
     TIMED_OUT_REQUESTS, WAITED_REQUESTS, WAIT_SECONDS,
 };
 use token_bucket::{all, FixedWindow, Limiter, Member, SlidingLog, SlidingWindow, TryAcquireError};
-
-/// Taken by every test of this file, so that they run one at a time. `tracing` caches
-/// whether an event is wanted per call site, for all threads: a test deciding on one
-/// thread, without a subscriber, while another sets or drops its own, can leave a call
-/// site switched off for it (events went missing in about one run of twenty).
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Every metric of one limiter, named `limiter`, of the `kind` label given, from one
-/// snapshot (which takes the counters' counts: they start again from 0).
-struct Metrics {
-    values: HashMap<CompositeKey, DebugValue>,
-    limiter: &'static str,
-    kind: &'static str,
-}
-
-impl Metrics {
-    fn of(snapshotter: &Snapshotter, limiter: &'static str, kind: &'static str) -> Metrics {
-        let snapshot = snapshotter.snapshot().into_hashmap();
-        let values = snapshot
-            .into_iter()
-            .map(|(key, (_, _, value))| (key, value))
-            .collect();
-        Metrics {
-            values,
-            limiter,
-            kind,
-        }
-    }
-
-    fn value(&self, metric: MetricKind, name: &str) -> Option<&DebugValue> {
-        let labels = [
-            metrics::Label::new("limiter", self.limiter),
-            metrics::Label::new("kind", self.kind),
-        ];
-        let key = metrics::Key::from_parts(name.to_owned(), labels.to_vec());
-        self.values.get(&CompositeKey::new(metric, key))
-    }
-
-    fn counter(&self, name: &str) -> u64 {
-        match self.value(MetricKind::Counter, name) {
-            Some(DebugValue::Counter(count)) => *count,
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn gauge(&self, name: &str) -> f64 {
-        match self.value(MetricKind::Gauge, name) {
-            Some(DebugValue::Gauge(gauge)) => gauge.into_inner(),
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-
-    fn waits(&self) -> Vec<f64> {
-        match self.value(MetricKind::Histogram, WAIT_SECONDS) {
-            Some(DebugValue::Histogram(waits)) => {
-                waits.iter().map(|wait| wait.into_inner()).collect()
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-}
 
 /// The same workload on a named limiter admitting 2 permits a second, made by `make`
 /// (inside the recorder), whose head waits `wait` behind 2 permits admitted at the
@@ -85,6 +23,7 @@ async fn counts_every_decision_exactly<L: Limiter + Member + Clone>(
     make: impl FnOnce() -> L,
     wait: Duration,
 ) {
+    let labels = [("limiter", "limited"), ("kind", kind)];
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let limiter = metrics::with_local_recorder(&recorder, make);
@@ -110,12 +49,18 @@ async fn counts_every_decision_exactly<L: Limiter + Member + Clone>(
     let other = FixedWindow::new(10, Duration::from_secs(1)).unwrap();
     all((&limiter, &other)).unwrap().try_acquire(1).unwrap();
     all((&limiter, &other)).unwrap().acquire(1).await.unwrap();
-    let metrics = Metrics::of(&snapshotter, "limited", kind);
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 2 + 1 + 1 + 1 + 1);
-    assert_eq!(metrics.counter(REFUSED_REQUESTS), 3);
-    assert_eq!(metrics.counter(WAITED_REQUESTS), 1);
-    assert_eq!(metrics.counter(TIMED_OUT_REQUESTS), 0);
-    assert_eq!(metrics.waits(), [wait.as_secs_f64()]);
+    let metrics = Metrics::of(&snapshotter);
+    assert_eq!(
+        metrics.counter(ADMITTED_PERMITS, &labels),
+        2 + 1 + 1 + 1 + 1
+    );
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, &labels), 3);
+    assert_eq!(metrics.counter(WAITED_REQUESTS, &labels), 1);
+    assert_eq!(metrics.counter(TIMED_OUT_REQUESTS, &labels), 0);
+    assert_eq!(
+        metrics.histogram(WAIT_SECONDS, &labels),
+        [wait.as_secs_f64()]
+    );
 
     // Full, with a waiter in line: the gauges as of `record_gauges`.
     let waiter = tokio::spawn({
@@ -124,17 +69,17 @@ async fn counts_every_decision_exactly<L: Limiter + Member + Clone>(
     });
     tokio::task::yield_now().await;
     observe::record_gauges();
-    let metrics = Metrics::of(&snapshotter, "limited", kind);
-    assert_eq!(metrics.gauge(QUEUED_REQUESTS), 1.0);
-    assert_eq!(metrics.gauge(AVAILABLE_PERMITS), 0.0);
+    let metrics = Metrics::of(&snapshotter);
+    assert_eq!(metrics.gauge(QUEUED_REQUESTS, &labels), 1.0);
+    assert_eq!(metrics.gauge(AVAILABLE_PERMITS, &labels), 0.0);
     waiter.await.unwrap().unwrap();
     tokio::time::advance(Duration::from_secs(3)).await;
     observe::record_gauges();
-    let metrics = Metrics::of(&snapshotter, "limited", kind);
-    assert_eq!(metrics.gauge(QUEUED_REQUESTS), 0.0);
-    assert_eq!(metrics.gauge(AVAILABLE_PERMITS), 2.0);
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 2);
-    assert_eq!(metrics.counter(WAITED_REQUESTS), 1);
+    let metrics = Metrics::of(&snapshotter);
+    assert_eq!(metrics.gauge(QUEUED_REQUESTS, &labels), 0.0);
+    assert_eq!(metrics.gauge(AVAILABLE_PERMITS, &labels), 2.0);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &labels), 2);
+    assert_eq!(metrics.counter(WAITED_REQUESTS, &labels), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -232,11 +177,13 @@ async fn a_name_holds_for_the_clones_made_after_it() {
     after.try_acquire(3).unwrap();
     fresh.try_acquire(4).unwrap();
     empty.try_acquire(5).unwrap();
-    let metrics = Metrics::of(&snapshotter, "limited", "fixed_window");
-    assert_eq!(metrics.counter(ADMITTED_PERMITS), 2 + 3);
-    let metrics = Metrics::of(&snapshotter, "", "sliding_log");
+    let metrics = Metrics::of(&snapshotter);
+    let named_labels = [("limiter", "limited"), ("kind", "fixed_window")];
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &named_labels), 2 + 3);
+    let metrics = Metrics::of(&snapshotter);
+    let empty_labels = [("limiter", ""), ("kind", "sliding_log")];
     assert_eq!(
-        metrics.counter(ADMITTED_PERMITS),
+        metrics.counter(ADMITTED_PERMITS, &empty_labels),
         0,
         "taken by the last snapshot"
     );
@@ -252,40 +199,6 @@ async fn a_name_holds_for_the_clones_made_after_it() {
             "{key:?}"
         );
     }
-}
-
-/// A buffer a `tracing` subscriber writes to.
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The lines a subscriber at `level` writes while `run` runs.
-async fn lines_at<F: std::future::Future<Output = ()>>(
-    level: tracing::Level,
-    run: impl FnOnce() -> F,
-) -> Vec<String> {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(false)
-        .without_time()
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    run().await;
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    text.lines().map(str::to_owned).collect()
 }
 
 /// Each kind's events at their levels: a refusal with its `retry_after` and one above the

@@ -5,6 +5,7 @@ pub mod admissions;
 pub mod limiters;
 pub mod lockstep;
 pub mod model;
+pub mod observe;
 
 use std::time::Duration;
 use tokio::time::Instant;
