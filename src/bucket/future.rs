@@ -70,7 +70,10 @@ impl Acquire {
         if let Phase::Idle = self.phase {
             return match self.bucket.begin(self.request, cx.waker()) {
                 Ok(None) => {
-                    self.bucket.observer().admitted(self.request.consumes());
+                    let observer = self.bucket.observer();
+                    if observer.is_named() {
+                        observer.admitted(self.request.consumes());
+                    }
                     self.finish(Ok(()))
                 }
                 Ok(Some(id)) => {

@@ -35,6 +35,9 @@ use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
 pub(crate) struct Shared {
     /// The state while nobody waits, taken without the lock; see `fast.rs`.
     pub(crate) fast: FastPath,
+    /// What it reports through, if it was named (see `observe/`): beside the word, which
+    /// every `try_take` reads too.
+    pub(crate) observer: Observer,
     state: Mutex<State>,
     /// Grants delivered to waiters and not yet read; see `unseen.rs`.
     unseen: Unseen,
@@ -61,8 +64,6 @@ pub(crate) struct Shared {
     close_watch: Mutex<CloseWatch>,
     /// Orders the bucket among a composite's members.
     identity: Identity,
-    /// What it reports through, if it was named (see `observe/`).
-    pub(crate) observer: Observer,
     /// Makes the refill task panic, to test what a panic there does.
     #[cfg(all(test, not(loom)))]
     pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
@@ -490,19 +491,28 @@ impl TokenBucket {
             Some(result) => result,
             None => self.try_take_locked(tokens, now),
         };
-        self.report(tokens, &result);
+        self.report(tokens, result);
         result
     }
 
     /// Reports a `try_take` of `tokens` decided `result` (see `observe/`): nothing at all
     /// for an unnamed bucket but the test of its observer.
     #[inline]
-    fn report(&self, tokens: u64, result: &Result<(), TryTakeError>) {
+    fn report(&self, tokens: u64, result: Result<(), TryTakeError>) {
+        if self.shared.observer.is_named() {
+            self.report_named(tokens, result);
+        }
+    }
+
+    /// [`report`](TokenBucket::report) for a named bucket: out of line, so that the
+    /// inlined fast path carries only the test of the observer.
+    #[inline(never)]
+    fn report_named(&self, tokens: u64, result: Result<(), TryTakeError>) {
         let observer = &self.shared.observer;
         match result {
             Ok(()) => observer.admitted(tokens),
             Err(TryTakeError::Insufficient { retry_after }) => {
-                observer.refused(tokens, Some(*retry_after));
+                observer.refused(tokens, Some(retry_after));
             }
             Err(_) => observer.refused(tokens, None),
         }
@@ -525,7 +535,7 @@ impl TokenBucket {
             Some(decided) => decided,
             None => self.try_take_quota_locked(tokens, now),
         };
-        self.report(tokens, &decided.0);
+        self.report(tokens, decided.0);
         decided
     }
 

@@ -154,6 +154,13 @@ impl Observer {
         })))
     }
 
+    /// Whether it reports anything: named, with a feature that reports. Constant false
+    /// without the features, so that the callers' reporting code compiles away.
+    #[inline(always)]
+    pub(crate) fn is_named(&self) -> bool {
+        cfg!(any(feature = "metrics", feature = "tracing")) && self.0.is_some()
+    }
+
     /// The limiter's name, if it has one.
     pub(crate) fn name(&self) -> Option<&str> {
         self.0.as_deref().map(|named| &*named.name)
@@ -164,7 +171,7 @@ impl Observer {
     pub(crate) fn admitted(&self, permits: u64) {
         #[cfg(feature = "metrics")]
         if let Some(named) = &self.0 {
-            named.metrics.admitted.increment(permits);
+            named.admitted(permits);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = permits;
@@ -241,6 +248,14 @@ impl Observer {
 
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 impl Named {
+    /// Out of line, so that the test of an unnamed limiter's observer is all that the
+    /// inlined fast paths carry: the counter's call is not inlined into every caller.
+    #[cfg(feature = "metrics")]
+    #[inline(never)]
+    fn admitted(&self, permits: u64) {
+        self.metrics.admitted.increment(permits);
+    }
+
     #[cold]
     fn refused(&self, permits: u64, retry_after: Option<Duration>) {
         #[cfg(feature = "metrics")]
