@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::observe::{lines_at, Metrics, ONE_AT_A_TIME};
+use common::observe::{has_line, lines_at, Metrics, ONE_AT_A_TIME};
 use metrics_util::debugging::DebuggingRecorder;
 use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
@@ -144,11 +144,7 @@ async fn a_named_bucket_emits_its_events_at_their_levels() {
         })
         .await;
         assert_eq!(lines.len(), expected, "{level}: {lines:#?}");
-        let has = |level: &str, text: &str| {
-            lines.iter().any(|line| {
-                line.contains(level) && line.contains(text) && line.contains("limiter=\"api\"")
-            })
-        };
+        let has = |level: &str, text: &str| has_line(&lines, level, text, &["limiter=\"api\""]);
         assert!(has("INFO", "closed"), "{lines:#?}");
         if level >= tracing::Level::DEBUG {
             assert!(has("DEBUG", "refused"), "{lines:#?}");

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::observe::{lines_with_spans_at, Metrics, ONE_AT_A_TIME};
+use common::observe::{has_line, lines_with_spans_at, Metrics, ONE_AT_A_TIME};
 use http::{Request, Response, StatusCode};
 use metrics_util::debugging::{DebuggingRecorder, Snapshotter};
 use token_bucket::http::{ClientIp, ClientKey, LocalLayer, RateLimitLayer};
@@ -425,11 +425,8 @@ fn a_named_layer_emits_its_events_at_their_levels() {
             })
             .await;
             assert_eq!(lines.len(), expected, "{level}: {lines:#?}");
-            let has = |level: &str, text: &str| {
-                lines.iter().any(|line| {
-                    line.contains(level) && line.contains(text) && line.contains("limiter=\"edge\"")
-                })
-            };
+            let has =
+                |level: &str, text: &str| has_line(&lines, level, text, &["limiter=\"edge\""]);
             if level >= tracing::Level::DEBUG {
                 assert!(has("DEBUG", "http_wait{"), "{lines:#?}");
                 assert!(

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::observe::{lines_at, Metrics, ONE_AT_A_TIME};
+use common::observe::{has_line, lines_at, Metrics, ONE_AT_A_TIME};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use token_bucket::observe::{
@@ -194,14 +194,8 @@ async fn a_named_keyed_emits_its_events_at_their_levels() {
         })
         .await;
         assert_eq!(lines.len(), expected, "{level}: {lines:#?}");
-        let has = |level: &str, text: &str| {
-            lines.iter().any(|line| {
-                line.contains(level)
-                    && line.contains(text)
-                    && line.contains("limiter=\"per-user\"")
-                    && line.contains("kind=\"keyed\"")
-            })
-        };
+        let fields = ["limiter=\"per-user\"", "kind=\"keyed\""];
+        let has = |level: &str, text: &str| has_line(&lines, level, text, &fields);
         if level >= tracing::Level::DEBUG {
             assert!(has("DEBUG", "retry_after=Some(1s)"), "{lines:#?}");
             assert!(has("DEBUG", "retry_after=None"), "{lines:#?}");

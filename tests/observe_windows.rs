@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::observe::{lines_at, Metrics, ONE_AT_A_TIME};
+use common::observe::{has_line, lines_at, Metrics, ONE_AT_A_TIME};
 use metrics_util::debugging::DebuggingRecorder;
 use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
@@ -245,14 +245,9 @@ async fn named_window_limiters_emit_their_events_at_their_levels() {
             })
             .await;
             assert_eq!(lines.len(), expected, "{kind} at {level}: {lines:#?}");
-            let has = |level: &str, text: &str| {
-                lines.iter().any(|line| {
-                    line.contains(level)
-                        && line.contains(text)
-                        && line.contains("limiter=\"limited\"")
-                        && line.contains(&format!("kind=\"{kind}\""))
-                })
-            };
+            let kind_field = format!("kind=\"{kind}\"");
+            let fields = ["limiter=\"limited\"", kind_field.as_str()];
+            let has = |level: &str, text: &str| has_line(&lines, level, text, &fields);
             if level >= tracing::Level::DEBUG {
                 let limited = format!("retry_after=Some({retry_after})");
                 assert!(has("DEBUG", &limited), "{lines:#?}");

@@ -20,6 +20,16 @@ use tracing_subscriber::fmt::format::FmtSpan;
 /// so one failing test does not fail the others.
 pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Whether one of `lines` is at `level` (`"DEBUG"`, ...), says `text`, and carries every
+/// field of `fields` as written, as `limiter="api"`.
+pub fn has_line(lines: &[String], level: &str, text: &str, fields: &[&str]) -> bool {
+    lines.iter().any(|line| {
+        line.contains(level)
+            && line.contains(text)
+            && fields.iter().all(|field| line.contains(field))
+    })
+}
+
 /// The lines a `fmt` subscriber at `level` writes while `run` runs.
 pub async fn lines_at<F: Future<Output = ()>>(
     level: tracing::Level,
