@@ -242,6 +242,20 @@ pub enum ConfigError {
         /// The largest number of shards accepted.
         max: usize,
     },
+    /// A [`Keyed`](crate::Keyed) limiter's keys were sorted into no class, or into more
+    /// than the most accepted (see [`KeyedBuilder::class`](crate::KeyedBuilder::class)).
+    BadKeyClasses {
+        /// The classes declared.
+        classes: usize,
+        /// The most classes accepted.
+        max: usize,
+    },
+    /// A [`Keyed`](crate::Keyed) limiter's keys were sorted into classes that name one
+    /// class twice (see [`KeyedBuilder::class`](crate::KeyedBuilder::class)).
+    RepeatedKeyClass {
+        /// The class declared twice.
+        class: &'static str,
+    },
     /// A Redis limiter was given a zero timeout, so every call to Redis would time out.
     ZeroTimeout,
     /// A Redis window limiter's window is not a whole number of microseconds (the
@@ -366,6 +380,13 @@ impl fmt::Display for ConfigError {
                 f,
                 "{shards} shards: a keyed limiter needs a power of two between 1 and {max}"
             ),
+            ConfigError::BadKeyClasses { classes, max } => write!(
+                f,
+                "{classes} key classes: a keyed limiter's keys need between 1 and {max}"
+            ),
+            ConfigError::RepeatedKeyClass { class } => {
+                write!(f, "the key class {class:?} is declared twice")
+            }
             ConfigError::ZeroTimeout => {
                 f.write_str("the Redis timeout is zero: it must be longer than zero")
             }

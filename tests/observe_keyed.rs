@@ -16,7 +16,7 @@ use token_bucket::observe::{
     WAIT_SECONDS,
 };
 use token_bucket::{
-    AcquireError, FixedWindow, Keyed, Rate, SlidingLog, TokenBucket, TryAcquireError,
+    AcquireError, ConfigError, FixedWindow, Keyed, Rate, SlidingLog, TokenBucket, TryAcquireError,
 };
 
 /// The labels of the `Keyed` named "per-user".
@@ -98,6 +98,149 @@ async fn a_named_keyed_counts_every_decision_exactly() {
     assert_eq!(metrics.counter(FORGOTTEN_KEYS, PER_USER), 2);
     assert_eq!(metrics.gauge(KEYS, PER_USER), 0.0);
     assert_eq!(metrics.counter(ADMITTED_PERMITS, PER_USER), 0);
+}
+
+/// Keys sorted into classes (issue 24's key-to-class label): each decision is counted
+/// under its key's class, found from the key held (a borrowed `&str` finds the `String`
+/// key), from an owned copy for a new key refused for want of room, and from the
+/// `acquire` future's own key; a class the function names but nobody declared is counted
+/// as `other`. The keys' own metrics are not by class, and no series is left without a
+/// class that would stay at zero.
+#[tokio::test(start_paused = true)]
+async fn a_keyed_with_classes_counts_each_decision_under_its_keys_class() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let keyed: Keyed<String, TokenBucket> = metrics::with_local_recorder(&recorder, || {
+        let template = TokenBucket::new(Rate::per_second(1), 2).unwrap();
+        let tier = |tenant: &String| match tenant.split(':').next() {
+            Some("free") => "free",
+            Some("paying") => "paying",
+            _ => "trial",
+        };
+        let builder = Keyed::builder(template).max_keys(3).shards(1);
+        builder
+            .name("per-tenant")
+            .class(["free", "paying"], tier)
+            .build()
+            .unwrap()
+    });
+    keyed.try_acquire("free:1", 2).unwrap();
+    assert!(keyed.try_acquire("free:1", 1).is_err());
+    assert_eq!(keyed.try_acquire_decision("paying:1", 1).result, Ok(()));
+    keyed.try_acquire("trial:1", 1).unwrap();
+    let too_many = TryAcquireError::TooManyKeys { max_keys: 3 };
+    assert_eq!(keyed.try_acquire("paying:2", 1), Err(too_many));
+    let start = tokio::time::Instant::now();
+    keyed.acquire("free:1", 1).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    observe::record_gauges();
+
+    let metrics = Metrics::of(&snapshotter);
+    let class = |class| {
+        [
+            ("limiter", "per-tenant"),
+            ("kind", "keyed"),
+            ("class", class),
+        ]
+    };
+    let keys = &[("limiter", "per-tenant"), ("kind", "keyed")];
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &class("free")), 2 + 1);
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, &class("free")), 1);
+    assert_eq!(metrics.counter(WAITED_REQUESTS, &class("free")), 1);
+    assert_eq!(metrics.histogram(WAIT_SECONDS, &class("free")), [1.0]);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &class("paying")), 1);
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, &class("paying")), 1);
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &class("other")), 1);
+    assert_eq!(metrics.counter(REFUSED_REQUESTS, &class("other")), 0);
+    assert_eq!(metrics.counter(TOO_MANY_KEYS, keys), 1);
+    assert_eq!(metrics.gauge(KEYS, keys), 3.0);
+    let mut names: Vec<_> = [FORGOTTEN_KEYS, KEYS, TOO_MANY_KEYS]
+        .iter()
+        .map(|name| (name.to_string(), vec!["per-tenant".into(), "keyed".into()]))
+        .collect();
+    for class in ["free", "other", "paying"] {
+        let labels = vec!["per-tenant".into(), "keyed".into(), class.into()];
+        let decisions = [
+            ADMITTED_PERMITS,
+            REFUSED_REQUESTS,
+            WAIT_SECONDS,
+            WAITED_REQUESTS,
+        ];
+        names.extend(
+            decisions
+                .iter()
+                .map(|name| (name.to_string(), labels.clone())),
+        );
+    }
+    names.sort();
+    assert_eq!(metrics.names(), names);
+}
+
+/// Classes are checked when the `Keyed` is built, named or not: none, too many, or one
+/// named twice is refused with an error naming it, and registers nothing. A declared
+/// `other` is the class undeclared ones join.
+#[test]
+fn bad_key_classes_are_refused_when_built() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let template = TokenBucket::new(Rate::per_second(1), 1).unwrap();
+    let build = |classes: Vec<&'static str>| {
+        metrics::with_local_recorder(&recorder, || {
+            let builder = Keyed::<u64, _>::builder(template.clone()).name("bad");
+            builder.class(classes, |_| "a").build().map(drop)
+        })
+    };
+    let max = observe::MAX_KEY_CLASSES;
+    assert_eq!(
+        build(vec![]),
+        Err(ConfigError::BadKeyClasses { classes: 0, max })
+    );
+    let many: Vec<&'static str> = (0..=max).map(|class| &*format!("{class}").leak()).collect();
+    assert_eq!(
+        build(many),
+        Err(ConfigError::BadKeyClasses {
+            classes: max + 1,
+            max
+        })
+    );
+    assert_eq!(
+        build(vec!["a", "b", "a"]),
+        Err(ConfigError::RepeatedKeyClass { class: "a" })
+    );
+    let unnamed = Keyed::<u64, _>::builder(template.clone()).class(["a", "a"], |_| "a");
+    assert_eq!(
+        unnamed.build().map(drop),
+        Err(ConfigError::RepeatedKeyClass { class: "a" })
+    );
+    assert!(Metrics::of(&snapshotter).names().is_empty());
+    assert_eq!(
+        ConfigError::RepeatedKeyClass { class: "a" }.to_string(),
+        "the key class \"a\" is declared twice"
+    );
+    assert_eq!(
+        ConfigError::BadKeyClasses {
+            classes: 0,
+            max: 64
+        }
+        .to_string(),
+        "0 key classes: a keyed limiter's keys need between 1 and 64"
+    );
+
+    // `other` declared: undeclared classes join it, and there is one `other` series.
+    let keyed = metrics::with_local_recorder(&recorder, || {
+        let builder = Keyed::<u64, _>::builder(template).name("good");
+        builder.class(["a", "other"], |_| "b").build().unwrap()
+    });
+    keyed.try_acquire(&1, 1).unwrap();
+    let metrics = Metrics::of(&snapshotter);
+    let other = [("limiter", "good"), ("kind", "keyed"), ("class", "other")];
+    assert_eq!(metrics.counter(ADMITTED_PERMITS, &other), 1);
+    let classes = metrics
+        .names()
+        .into_iter()
+        .filter(|(name, _)| name == ADMITTED_PERMITS);
+    assert_eq!(classes.count(), 2);
 }
 
 /// Keys held whole (a `SlidingLog` has no one-word form) and keys of a bucket report

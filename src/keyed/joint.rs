@@ -74,8 +74,8 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             })
         });
         match decided {
-            Ok(Step::Decided(joint)) => joint,
-            Ok(Step::Call(limiter)) => on_whole(&*limiter, permits, global),
+            Ok((Step::Decided(joint), _)) => joint,
+            Ok((Step::Call(limiter), _)) => on_whole(&*limiter, permits, global),
             Err(TooManyKeys { max_keys }) => Joint {
                 result: Err(JointRefusal::Key(TryAcquireError::TooManyKeys { max_keys })),
                 key: None,

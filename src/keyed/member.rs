@@ -158,8 +158,8 @@ where
                 })
             });
         match tried {
-            Ok(Step::Decided(tried)) => tried,
-            Ok(Step::Call(limiter)) => {
+            Ok((Step::Decided(tried), _)) => tried,
+            Ok((Step::Call(limiter), _)) => {
                 self.keep(limiter);
                 KeyTry::Whole
             }
@@ -171,7 +171,7 @@ where
 
     fn whole(&self) -> Result<Part<'_>, TryAcquireError> {
         if self.whole.get().is_none() {
-            let limiter = self
+            let (limiter, _) = self
                 .keyed
                 .with_slot(self.hash, self.key.borrow(), |mut slot, at| slot.whole(at))
                 .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;

@@ -32,7 +32,7 @@ use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::Limiter;
-use crate::observe::KeyedObserver;
+use crate::observe::{Class, Classify, KeyClasses, KeyedObserver};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicUsize, Identity, Mutex, MutexGuard};
 
@@ -212,7 +212,7 @@ struct Inner<K, L> {
     /// play in composites (see `keyed/member.rs`).
     identity: Identity,
     /// What it reports through, if it was named (see `observe/`).
-    observer: KeyedObserver,
+    observer: KeyedObserver<K>,
 }
 
 /// A shard on cache lines of its own, so that threads locking neighbouring shards do not
@@ -269,6 +269,7 @@ impl<K, L: Limiter> Keyed<K, L> {
             max_keys: None,
             shards: None,
             name: None,
+            classes: None,
             keys: PhantomData,
         }
     }
@@ -282,7 +283,7 @@ impl<K, L: Limiter> Keyed<K, L> {
         template: L,
         max_keys: Option<usize>,
         shards: usize,
-        observer: KeyedObserver,
+        observer: KeyedObserver<K>,
     ) -> Keyed<K, L> {
         // A copy nobody else holds: the compact form reads its settings once, here, and
         // keys made whole later must be made with the same ones.
@@ -396,11 +397,20 @@ impl<K, L> Keyed<K, L> {
         self.inner.observer.name()
     }
 
-    /// Reports a new key wanting `permits` refused for want of room, and returns the
+    /// Reports the new `key` wanting `permits` refused for want of room, and returns the
     /// refusal.
     #[cold]
-    fn refused_key(&self, refusal: TooManyKeys, permits: u64) -> TryAcquireError {
-        self.inner.observer.too_many_keys(permits);
+    fn refused_key<Q>(&self, refusal: TooManyKeys, key: &Q, permits: u64) -> TryAcquireError
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        let observer = &self.inner.observer;
+        // Only a class function needs an owned key: the key is not held, so one is made.
+        let class = match observer.has_classes() {
+            true => observer.class_of(&key.to_owned()),
+            false => Class::default(),
+        };
+        observer.too_many_keys(permits, class);
         let TooManyKeys { max_keys } = refusal;
         TryAcquireError::TooManyKeys { max_keys }
     }
@@ -454,15 +464,18 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let step = self
+        let (step, class) = self
             .with_slot(self.hash(key), key, |slot, at| try_step(slot, at, permits))
-            .map_err(|refusal| self.refused_key(refusal, permits))?;
+            .map_err(|refusal| self.refused_key(refusal, key, permits))?;
         // The key's own limiter is never named: the `Keyed` reports for it.
         let result = match step {
             Step::Decided(result) => result,
             Step::Call(limiter) => limiter.try_acquire(permits),
         };
-        self.inner.observer.decisions().decided(permits, &result);
+        self.inner
+            .observer
+            .decisions(class)
+            .decided(permits, &result);
         result
     }
 
@@ -513,17 +526,17 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
                 compact.try_acquire_decision(word, permits, reading)
             })
         });
-        let decision = match decided {
-            Ok(Step::Decided(decision)) => decision,
-            Ok(Step::Call(limiter)) => limiter.try_acquire_decision(permits),
+        let (decision, class) = match decided {
+            Ok((Step::Decided(decision), class)) => (decision, class),
+            Ok((Step::Call(limiter), class)) => (limiter.try_acquire_decision(permits), class),
             Err(refusal) => {
                 return Decision {
-                    result: Err(self.refused_key(refusal, permits)),
+                    result: Err(self.refused_key(refusal, key, permits)),
                     quota: None,
                 }
             }
         };
-        let observer = self.inner.observer.decisions();
+        let observer = self.inner.observer.decisions(class);
         observer.decided(permits, &decision.result);
         decision
     }
@@ -699,19 +712,21 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
                     acquire_step(slot, at, permits)
                 })
                 .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys });
-            let result = match step {
-                Ok(Step::Decided(result)) => result,
-                Err(refused) => Err(refused),
-                Ok(Step::Call(limiter)) => {
+            let observer = &held.keyed.inner.observer;
+            let (result, class) = match step {
+                Ok((Step::Decided(result), class)) => (result, class),
+                Err(refused) => (Err(refused), observer.class_of(&held.key)),
+                Ok((Step::Call(limiter), class)) => {
                     let acquire = held.limiter.insert(limiter).acquire(permits);
                     let inner = &held.keyed.inner;
                     if inner.observer.name().is_none() {
                         return acquire.await;
                     }
-                    return watched(&inner.clock, &inner.observer, permits, acquire).await;
+                    let observer = &inner.observer;
+                    return watched(&inner.clock, observer, class, permits, acquire).await;
                 }
             };
-            held.keyed.inner.observer.acquired(permits, &result, None);
+            observer.acquired(permits, class, &result, None);
             result
         }
     }
@@ -755,7 +770,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.with_slot(self.hash(key), key, |mut slot, at| slot.whole(at))
-            .map(|limiter| self.with_keys_part(limiter))
+            .map(|(limiter, _)| self.with_keys_part(limiter))
             .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
     }
 
@@ -869,14 +884,15 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
             .sum()
     }
 
-    /// Runs `visit` on `key`'s slot, added if the key is new, under its shard's lock;
-    /// refuses a new key for which no room could be made. `hash` is the key's.
+    /// Runs `visit` on `key`'s slot, added if the key is new, under its shard's lock, and
+    /// tells the key's class (see `observe/keyed.rs`); refuses a new key for which no room
+    /// could be made. `hash` is the key's.
     fn with_slot<Q, R>(
         &self,
         hash: u64,
         key: &Q,
         visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
-    ) -> Result<R, TooManyKeys>
+    ) -> Result<(R, Class), TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -901,8 +917,8 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         })
     }
 
-    /// Runs `visit` on `key`'s slot in `shard`, added if new; hands `visit` back when the
-    /// key is new and there is no room for it. `hash` is the key's.
+    /// Runs `visit` on `key`'s slot in `shard`, added if new, with the key's class; hands
+    /// `visit` back when the key is new and there is no room for it. `hash` is the key's.
     #[inline(always)]
     fn visit_or_add<Q, R, V>(
         &self,
@@ -910,7 +926,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         hash: u64,
         key: &Q,
         visit: V,
-    ) -> Result<R, V>
+    ) -> Result<(R, Class), V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -923,14 +939,15 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         loop {
             // The key first, then the clock: the clock is read while the key's place in
             // the table (a cache miss among many keys) is still being fetched.
-            if let Some(slot) = shard.get_mut(hash, key) {
+            if let Some((held, slot)) = shard.get_mut(hash, key) {
                 let at = match known.take() {
                     Some(at) => at.map(Some),
                     None => compact.map(|compact| At::now(compact, slot.base)),
                 };
                 // `Some(None)`: now is past what words counted from the base hold.
                 if at.as_ref().map_or(true, Option::is_some) {
-                    return Ok(visit(slot, at.flatten().as_ref()));
+                    let class = self.inner.observer.class_of(held);
+                    return Ok((visit(slot, at.flatten().as_ref()), class));
                 }
                 known = Some(shard.at(compact));
                 continue;
@@ -976,7 +993,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         let at = shard.at(self.inner.compact.as_ref());
-        let slot = shard.get_mut(hash, key)?;
+        let (_, slot) = shard.get_mut(hash, key)?;
         Some(visit(slot, at.as_ref()))
     }
 
@@ -1086,7 +1103,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         // limiter is not dropped here.
         drop(limiter);
         let at = shard.at(Some(compact));
-        if let (Some(at), Some(mut slot)) = (at, shard.get_mut(hash, key)) {
+        if let (Some(at), Some((_, mut slot))) = (at, shard.get_mut(hash, key)) {
             slot.word(&at);
         }
     }
@@ -1159,9 +1176,10 @@ fn on_word<L: Limiter, D>(
 /// Awaits `acquire`, a named `Keyed`'s request for `permits` on its key's whole
 /// limiter, and reports how it ended to `observer`: decided on its first poll, or after
 /// waiting from then (on `clock`), the wait in a span of its own.
-async fn watched<F: Future<Output = Result<(), AcquireError>>>(
+async fn watched<K, F: Future<Output = Result<(), AcquireError>>>(
     clock: &Clock,
-    observer: &KeyedObserver,
+    observer: &KeyedObserver<K>,
+    class: Class,
     permits: u64,
     acquire: F,
 ) -> Result<(), AcquireError> {
@@ -1171,11 +1189,11 @@ async fn watched<F: Future<Output = Result<(), AcquireError>>>(
         std::future::poll_fn(|context| std::task::Poll::Ready(acquire.as_mut().poll(context)))
             .await;
     if let std::task::Poll::Ready(result) = first_poll {
-        observer.acquired(permits, &result, None);
+        observer.acquired(permits, class, &result, None);
         return result;
     }
     #[cfg(feature = "tracing")]
-    let span = observer.decisions().wait_span(permits);
+    let span = observer.decisions(class).wait_span(permits);
     #[cfg(feature = "tracing")]
     let result = match &span {
         Some(span) => tracing::Instrument::instrument(acquire, span.clone()).await,
@@ -1187,7 +1205,7 @@ async fn watched<F: Future<Output = Result<(), AcquireError>>>(
     // Reported in the wait's span, as the grant ends the wait.
     #[cfg(feature = "tracing")]
     let _entered = span.as_ref().map(tracing::Span::enter);
-    observer.acquired(permits, &result, Some(waited));
+    observer.acquired(permits, class, &result, Some(waited));
     result
 }
 
@@ -1292,6 +1310,8 @@ pub struct KeyedBuilder<K, L> {
     max_keys: Option<usize>,
     shards: Option<usize>,
     name: Option<String>,
+    /// The classes its keys are sorted into for its metrics, and how.
+    classes: Option<(Vec<&'static str>, Classify<K>)>,
     keys: PhantomData<fn() -> K>,
 }
 
@@ -1349,7 +1369,9 @@ impl<K, L: Limiter> KeyedBuilder<K, L> {
     ///
     /// [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
     /// [`ConfigError::BadShards`] for a number of shards that is zero, not a power of two,
-    /// or above 65,536.
+    /// or above 65,536; [`ConfigError::BadKeyClasses`] and
+    /// [`ConfigError::RepeatedKeyClass`] for key [`class`](KeyedBuilder::class)es that are
+    /// none, too many, or name one class twice.
     ///
     /// # Examples
     ///
@@ -1375,11 +1397,15 @@ impl<K, L: Limiter> KeyedBuilder<K, L> {
                 })
             }
         };
+        let classes = self
+            .classes
+            .map(|(names, classify)| KeyClasses::new(names, classify));
+        let classes = classes.transpose()?;
         // Checked before it is named, so that a refused `Keyed` registers no metric.
         let Some(name) = &self.name else {
             return Ok(Keyed::with_settings(self.template, self.max_keys, shards));
         };
-        let observer = KeyedObserver::named(name);
+        let observer = KeyedObserver::named(name, classes);
         let keyed = Keyed::observed(self.template, self.max_keys, shards, observer);
         #[cfg(feature = "metrics")]
         {
@@ -1429,6 +1455,59 @@ impl<K, L: Limiter> KeyedBuilder<K, L> {
         self.name = Some(name.into());
         self
     }
+
+    /// Sorts its keys into a few `classes` (a tenant's tier, say) for a named `Keyed`'s
+    /// metrics: each of its decision metrics (permits admitted, requests refused, requests
+    /// that waited, seconds waited) gets the label `class`, the class `classify` names for
+    /// the key. A key whose class is not one of `classes` is counted under
+    /// [`OTHER_CLASS`](crate::observe::OTHER_CLASS) (`"other"`), so that the label stays
+    /// bounded. Keys are still never labels; its key metrics (keys held, forgotten,
+    /// refused for want of room) are not by class.
+    ///
+    /// `classify` is called under the key's shard's lock, on each decision of a named
+    /// `Keyed` (on an owned copy of the key for a new key refused for want of room): make
+    /// it quick, and let it not call this `Keyed`. A `Keyed` without a
+    /// [`name`](KeyedBuilder::name) reports nothing, and never calls it.
+    ///
+    /// # Errors
+    ///
+    /// From [`build`](KeyedBuilder::build): [`ConfigError::BadKeyClasses`] for no class,
+    /// or more than [`MAX_KEY_CLASSES`](crate::observe::MAX_KEY_CLASSES);
+    /// [`ConfigError::RepeatedKeyClass`] for a class named twice.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{ConfigError, Keyed, Rate, TokenBucket};
+    ///
+    /// #[derive(Clone, Hash, PartialEq, Eq)]
+    /// struct Tenant {
+    ///     id: u64,
+    ///     paying: bool,
+    /// }
+    ///
+    /// let template = TokenBucket::new(Rate::per_second(10), 10)?;
+    /// let per_tenant: Keyed<Tenant, _> = Keyed::builder(template.clone())
+    ///     .name("per-tenant")
+    ///     .class(["free", "paying"], |tenant: &Tenant| match tenant.paying {
+    ///         true => "paying",
+    ///         false => "free",
+    ///     })
+    ///     .build()?;
+    /// per_tenant.try_acquire(&Tenant { id: 7, paying: true }, 1)?;
+    ///
+    /// let twice = Keyed::<Tenant, _>::builder(template).class(["free", "free"], |_| "free");
+    /// assert_eq!(twice.build().unwrap_err(), ConfigError::RepeatedKeyClass { class: "free" });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn class(
+        mut self,
+        classes: impl IntoIterator<Item = &'static str>,
+        classify: impl Fn(&K) -> &'static str + Send + Sync + 'static,
+    ) -> KeyedBuilder<K, L> {
+        self.classes = Some((classes.into_iter().collect(), Box::new(classify)));
+        self
+    }
 }
 
 impl<K, L> fmt::Debug for KeyedBuilder<K, L> {
@@ -1437,6 +1516,7 @@ impl<K, L> fmt::Debug for KeyedBuilder<K, L> {
             .field("max_keys", &self.max_keys)
             .field("shards", &self.shards)
             .field("name", &self.name)
+            .field("classes", &self.classes.as_ref().map(|(names, _)| names))
             .finish_non_exhaustive()
     }
 }

@@ -255,21 +255,22 @@ impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
         }
     }
 
-    /// The slot of `key`, whose hash is `hash`.
+    /// The slot of `key`, whose hash is `hash`, and the key as it is held.
     #[inline]
-    pub(super) fn get_mut<Q>(&mut self, hash: u64, key: &Q) -> Option<Slot<'_, L>>
+    pub(super) fn get_mut<Q>(&mut self, hash: u64, key: &Q) -> Option<(&K, Slot<'_, L>)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let (_, entry) = self
+        let (held, entry) = self
             .entries
             .find_mut(hash, |(held, _)| held.borrow() == key)?;
-        Some(Slot {
+        let slot = Slot {
             entry,
             wholes: &mut self.wholes,
             base: self.base,
-        })
+        };
+        Some((&*held, slot))
     }
 
     /// Adds `key`, new, whose hash by `hasher` is `hash`: as the word `idle` of a fresh

@@ -11,7 +11,9 @@
 //! Each series carries the labels `limiter` (the name) and `kind` (`token_bucket`,
 //! `fixed_window`, `sliding_log`, `sliding_window`, `keyed`: a [`Keyed`](crate::Keyed)
 //! reports its keys' decisions and its keys under its own name, see
-//! [`KeyedBuilder::name`](crate::KeyedBuilder::name)). A metric's handles are registered
+//! [`KeyedBuilder::name`](crate::KeyedBuilder::name); one whose keys are sorted into a
+//! few declared classes adds the label `class`, see
+//! [`KeyedBuilder::class`](crate::KeyedBuilder::class)). A metric's handles are registered
 //! when the limiter is named, with the recorder installed then: install the exporter's
 //! recorder first, as the `metrics` crate asks of every library. On the hot path a
 //! named limiter's decision costs one increment of a registered counter (one relaxed
@@ -56,8 +58,8 @@ pub use self::redis::{
     REDIS_LEASE_CALLS, REDIS_RETURNED_TOKENS,
 };
 pub use gauges::record_gauges;
-pub(crate) use keyed::KeyedObserver;
-pub use keyed::{FORGOTTEN_KEYS, KEYS, TOO_MANY_KEYS};
+pub(crate) use keyed::{Class, Classify, KeyClasses, KeyedObserver};
+pub use keyed::{FORGOTTEN_KEYS, KEYS, MAX_KEY_CLASSES, OTHER_CLASS, TOO_MANY_KEYS};
 
 /// Permits admitted, counted when admitted: a counter.
 pub const ADMITTED_PERMITS: &str = "token_bucket_admitted_permits_total";
