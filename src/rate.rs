@@ -299,6 +299,20 @@ impl fmt::Display for ParseRateError {
 
 impl Error for ParseRateError {}
 
+/// Euclid's greatest common divisor, in 64-bit arithmetic while both fit (a 128-bit
+/// division costs several times more): what reduces a rate to whole units, for the bucket's
+/// one-word forms and the Redis bucket's script alike.
+pub(crate) fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        let remainder = match (u64::try_from(a), u64::try_from(b)) {
+            (Ok(a), Ok(b)) => u128::from(a % b),
+            _ => a % b,
+        };
+        (a, b) = (b, remainder);
+    }
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

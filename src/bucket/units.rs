@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::bucket::ledger::Ledger;
 use crate::error::TryTakeError;
 use crate::quota::Quota;
-use crate::rate::Rate;
+use crate::rate::{gcd, Rate};
 
 /// Why a word refuses to take tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,8 @@ impl Units {
     ) -> Option<Units> {
         let period = u64::try_from(rate.period_nanos()).ok()?;
         let fraction = u64::try_from(fraction).ok()?;
-        let divisor = gcd(gcd(rate.amount(), period), fraction);
+        let divisor = gcd(gcd(rate.amount().into(), period.into()), fraction.into());
+        let divisor = u64::try_from(divisor).expect("at most the amount");
         let units = Units {
             per_nanosecond: rate.amount() / divisor,
             per_token: period / divisor,
@@ -238,11 +239,4 @@ impl Units {
             (ledger.tokens().min(self.capacity) * self.per_token + fraction).min(self.full());
         Some(now_units - held)
     }
-}
-
-pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }

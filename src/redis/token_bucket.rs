@@ -10,7 +10,7 @@ use super::connection::RedisConnection;
 use super::{RedisLimiter, RedisOptions};
 use crate::error::ConfigError;
 use crate::quota::Policy;
-use crate::rate::Rate;
+use crate::rate::{gcd, Rate};
 
 /// Lua's numbers are doubles: integers are exact below this.
 const EXACT_BELOW: u128 = 1 << 53;
@@ -94,14 +94,6 @@ impl TokenBucketScript {
             parts_per_token: parts_per_token as u64,
         })
     }
-}
-
-/// Euclid's greatest common divisor.
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl TokenBucketScript {
