@@ -11,11 +11,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::bucket::TokenBucket;
-use crate::clock::{Clock, Moment};
 use crate::composite::few::Few;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::sync::{Identity, Role};
-use crate::window::turnstile::Turnstile;
+use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
 /// [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
@@ -173,6 +172,22 @@ impl Sealed for TokenBucket {
 
 impl Member for TokenBucket {}
 
+/// A window limiter holds a composite's place in its line, and is held through the hooks
+/// of `window/hooks.rs`.
+macro_rules! window_members {
+    ($($limiter:ty),+) => {$(
+        impl Sealed for $limiter {
+            fn part(&self) -> Hook<'_> {
+                Part::Window(self.as_window()).into()
+            }
+        }
+
+        impl Member for $limiter {}
+    )+};
+}
+
+window_members!(FixedWindow, SlidingLog, SlidingWindow);
+
 impl<M: Member + ?Sized> Sealed for &M {
     fn part(&self) -> Hook<'_> {
         (**self).part()
@@ -214,33 +229,6 @@ impl<'a> Part<'a> {
             Part::Window(window) => window.identity_ref(),
         }
     }
-}
-
-/// What a window limiter offers a composite.
-pub(crate) trait Window: Sync {
-    fn identity(&self) -> usize;
-    /// What orders it among a composite's members, with its part in composites.
-    fn identity_ref(&self) -> &Identity;
-    /// The most permits admitted at once.
-    fn limit(&self) -> u64;
-    fn turnstile(&self) -> &Turnstile;
-    fn clock(&self) -> &Clock;
-    /// The limiter's state, held until the result is dropped, as of `moment` (or its
-    /// floor, if later).
-    fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_>;
-}
-
-/// A window limiter's state, held by a composite, at the composite's instant.
-pub(crate) trait WindowHeld {
-    /// What `try_acquire(permits)` would say, counting nothing.
-    fn check(&mut self, permits: u64) -> Result<(), TryAcquireError>;
-    /// `None` when `permits` fit now, ignoring the line (the composite is at its head);
-    /// else the instant from which they do, on the limiter's clock ([`NEVER`] for never).
-    ///
-    /// [`NEVER`]: crate::clock::NEVER
-    fn ready_at(&mut self, permits: u64) -> Option<u64>;
-    /// Counts `permits`, which fit now; returns the instant counted at.
-    fn record(&mut self, permits: u64) -> u64;
 }
 
 /// A member with its position among those given to `all`.

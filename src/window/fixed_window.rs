@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
-use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
+use crate::window::{Window, WindowHeld};
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
 /// window number keeps at least 32.
@@ -1167,6 +1167,13 @@ impl WindowHeld for HeldFixed<'_> {
     }
 }
 
+impl FixedWindow {
+    /// The limiter as a composite sees it (see `hooks.rs`).
+    pub(crate) fn as_window(&self) -> &dyn Window {
+        self
+    }
+}
+
 impl Window for FixedWindow {
     fn identity(&self) -> usize {
         self.shared.identity.of(&self.shared)
@@ -1202,14 +1209,6 @@ impl Window for FixedWindow {
         })
     }
 }
-
-impl Sealed for FixedWindow {
-    fn part(&self) -> Hook<'_> {
-        Part::Window(self).into()
-    }
-}
-
-impl Member for FixedWindow {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -20,6 +20,7 @@ use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
+use crate::window::{Window, WindowHeld};
 
 /// The grants of one sliding limiter, behind its lock.
 ///
@@ -411,7 +412,7 @@ pub(crate) struct HeldSliding<'a, T: Tally> {
     now: u64,
 }
 
-impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
+impl<T: Tally> WindowHeld for HeldSliding<'_, T> {
     fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
         if let Screened::ExceedsLimit { requested, limit } = self.sliding.screen(permits) {
             return Err(TryAcquireError::ExceedsLimit { requested, limit });
@@ -437,7 +438,7 @@ impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
     }
 }
 
-impl<T: Tally> crate::composite::Window for Sliding<T> {
+impl<T: Tally> Window for Sliding<T> {
     fn identity(&self) -> usize {
         self.shared.identity.of(&self.shared)
     }
@@ -458,7 +459,7 @@ impl<T: Tally> crate::composite::Window for Sliding<T> {
         &self.shared.clock
     }
 
-    fn hold(&self, moment: Moment) -> Box<dyn crate::composite::WindowHeld + '_> {
+    fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_> {
         // The line, then the tally: the lock order (see `turnstile.rs`).
         let line = self.shared.turnstile.line();
         let tally = self
@@ -663,6 +664,11 @@ macro_rules! impl_limiter {
             pub fn queued_permits(&self) -> u64 {
                 self.sliding.queued_permits()
             }
+
+            /// The limiter as a composite sees it (see `hooks.rs`).
+            pub(crate) fn as_window(&self) -> &dyn $crate::window::Window {
+                &self.sliding
+            }
         }
 
         impl $crate::Limiter for $limiter {
@@ -753,14 +759,6 @@ macro_rules! impl_limiter {
                 self.sliding.debug(stringify!($limiter), f)
             }
         }
-
-        impl $crate::composite::Sealed for $limiter {
-            fn part(&self) -> $crate::composite::Hook<'_> {
-                $crate::composite::Part::Window(&self.sliding).into()
-            }
-        }
-
-        impl $crate::composite::Member for $limiter {}
     };
 }
 
