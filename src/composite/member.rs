@@ -17,10 +17,9 @@ use crate::sync::{Identity, Role};
 use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
-/// [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
-/// [`SlidingLog`](crate::SlidingLog), [`SlidingWindow`](crate::SlidingWindow), a
-/// reference to one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter)
-/// returns for a key), or a key of a [`Keyed`](crate::Keyed) of one of them
+/// [`TokenBucket`], [`FixedWindow`], [`SlidingLog`], [`SlidingWindow`], a reference to
+/// one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter) returns for a
+/// key), or a key of a [`Keyed`](crate::Keyed) of one of them
 /// ([`Keyed::member`](crate::Keyed::member), decided on the key's word while nobody waits
 /// on it).
 ///
@@ -318,7 +317,7 @@ pub trait SealedMembers {
 impl Indexed<'_> {
     /// The global lock order: buckets first, then window limiters, each by identity
     /// (the whole order, with each window limiter's own locks and the shards of keys
-    /// before them all, is in `window/turnstile.rs`). Any total order of members would do.
+    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
     pub(crate) fn lock_order(&self) -> (bool, usize) {
         (matches!(self.part, Part::Window(_)), self.part.identity())
     }

@@ -95,7 +95,7 @@ pub(crate) struct Sliding<T: Tally> {
 struct Shared<T: Tally> {
     settings: Settings<T::Extra>,
     clock: Clock,
-    /// Locked after the line, never before it (the lock order, in `turnstile.rs`).
+    /// Locked after the line, never before it (the lock order, in `sync/mod.rs`).
     /// Loom's lock under `--cfg loom`, as a composite takes it beside the others.
     tally: Mutex<T>,
     turnstile: Turnstile,
@@ -202,7 +202,7 @@ impl<T: Tally> Sliding<T> {
         let (mut tally, mut now) = self.lock();
         if self.shared.turnstile.is_waiting() {
             // A refusal walks the line, which is locked before the tally (the lock
-            // order, in `turnstile.rs`): let go, then take both in that order.
+            // order, in `sync/mod.rs`): let go, then take both in that order.
             drop(tally);
             line = Some(self.shared.turnstile.line());
             (tally, now) = self.lock();
@@ -460,7 +460,7 @@ impl<T: Tally> Window for Sliding<T> {
     }
 
     fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_> {
-        // The line, then the tally: the lock order (see `turnstile.rs`).
+        // The line, then the tally: the lock order (see `sync/mod.rs`).
         let line = self.shared.turnstile.line();
         let tally = self
             .shared
