@@ -12,8 +12,8 @@ mod common;
 
 use common::{ms, secs, yield_until};
 use token_bucket::{
-    all, all_in_turn, AcquireAllError, AcquireError, ConfigError, FixedWindow, Limiter, Rate,
-    TokenBucket, TryAcquireAllError,
+    all, all_in_turn, AcquireAllError, AcquireError, ConfigError, FixedWindow, Rate, TokenBucket,
+    TryAcquireAllError,
 };
 use tokio::time::Instant;
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use token_bucket::{
-    all, AcquireAllError, AcquireError, FixedWindow, Limiter, Member, Rate, SlidingLog, TakeError,
+    all, AcquireAllError, AcquireError, FixedWindow, Member, Rate, SlidingLog, TakeError,
     TokenBucket, TryAcquireAllError,
 };
 use tokio::task::JoinHandle;

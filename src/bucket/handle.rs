@@ -38,6 +38,7 @@ pub(crate) struct Shared {
     /// What it reports through, if it was named (see `observe/`): beside the word, which
     /// every `try_take` reads too.
     pub(crate) observer: Observer,
+    /// Its place in the crate's lock order: see `sync/mod.rs`.
     state: Mutex<State>,
     /// Grants delivered to waiters and not yet read; see `unseen.rs`.
     unseen: Unseen,

@@ -10,11 +10,10 @@ use std::time::Duration;
 use crate::bucket::HeldBucket;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
-use crate::composite::member::{
-    Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused, WindowHeld,
-};
+use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused};
 use crate::error::{ConfigError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::try_acquire_error;
+use crate::window::WindowHeld;
 
 /// One member's state, held.
 pub(crate) enum Held<'a> {

@@ -11,17 +11,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::bucket::TokenBucket;
-use crate::clock::{Clock, Moment};
 use crate::composite::few::Few;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::sync::{Identity, Role};
-use crate::window::turnstile::Turnstile;
+use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
-/// [`TokenBucket`], [`FixedWindow`](crate::FixedWindow),
-/// [`SlidingLog`](crate::SlidingLog), [`SlidingWindow`](crate::SlidingWindow), a
-/// reference to one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter)
-/// returns for a key), or a key of a [`Keyed`](crate::Keyed) of one of them
+/// [`TokenBucket`], [`FixedWindow`], [`SlidingLog`], [`SlidingWindow`], a reference to
+/// one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter) returns for a
+/// key), or a key of a [`Keyed`](crate::Keyed) of one of them
 /// ([`Keyed::member`](crate::Keyed::member), decided on the key's word while nobody waits
 /// on it).
 ///
@@ -173,6 +171,22 @@ impl Sealed for TokenBucket {
 
 impl Member for TokenBucket {}
 
+/// A window limiter holds a composite's place in its line, and is held through the hooks
+/// of `window/hooks.rs`.
+macro_rules! window_members {
+    ($($limiter:ty),+) => {$(
+        impl Sealed for $limiter {
+            fn part(&self) -> Hook<'_> {
+                Part::Window(self.as_window()).into()
+            }
+        }
+
+        impl Member for $limiter {}
+    )+};
+}
+
+window_members!(FixedWindow, SlidingLog, SlidingWindow);
+
 impl<M: Member + ?Sized> Sealed for &M {
     fn part(&self) -> Hook<'_> {
         (**self).part()
@@ -214,33 +228,6 @@ impl<'a> Part<'a> {
             Part::Window(window) => window.identity_ref(),
         }
     }
-}
-
-/// What a window limiter offers a composite.
-pub(crate) trait Window: Sync {
-    fn identity(&self) -> usize;
-    /// What orders it among a composite's members, with its part in composites.
-    fn identity_ref(&self) -> &Identity;
-    /// The most permits admitted at once.
-    fn limit(&self) -> u64;
-    fn turnstile(&self) -> &Turnstile;
-    fn clock(&self) -> &Clock;
-    /// The limiter's state, held until the result is dropped, as of `moment` (or its
-    /// floor, if later).
-    fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_>;
-}
-
-/// A window limiter's state, held by a composite, at the composite's instant.
-pub(crate) trait WindowHeld {
-    /// What `try_acquire(permits)` would say, counting nothing.
-    fn check(&mut self, permits: u64) -> Result<(), TryAcquireError>;
-    /// `None` when `permits` fit now, ignoring the line (the composite is at its head);
-    /// else the instant from which they do, on the limiter's clock ([`NEVER`] for never).
-    ///
-    /// [`NEVER`]: crate::clock::NEVER
-    fn ready_at(&mut self, permits: u64) -> Option<u64>;
-    /// Counts `permits`, which fit now; returns the instant counted at.
-    fn record(&mut self, permits: u64) -> u64;
 }
 
 /// A member with its position among those given to `all`.
@@ -330,7 +317,7 @@ pub trait SealedMembers {
 impl Indexed<'_> {
     /// The global lock order: buckets first, then window limiters, each by identity
     /// (the whole order, with each window limiter's own locks and the shards of keys
-    /// before them all, is in `window/turnstile.rs`). Any total order of members would do.
+    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
     pub(crate) fn lock_order(&self) -> (bool, usize) {
         (matches!(self.part, Part::Window(_)), self.part.identity())
     }

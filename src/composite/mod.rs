@@ -13,8 +13,8 @@
 //! - `few.rs`: the members in lock order, inline for tuples.
 //!
 //! It uses the bucket (a hold in its queue, see `bucket/state.rs`) and the window
-//! limiters (a place in their line, see `window/turnstile.rs`) through crate-private
-//! hooks, which a user's [`Limiter`](crate::Limiter) does not have.
+//! limiters (a place in their line, see `window/hooks.rs`) through crate-private
+//! hooks, which a user's [`Limiter`](crate::Limiter) does not have; neither uses it.
 
 mod all;
 mod few;
@@ -25,7 +25,7 @@ mod waiting;
 
 pub use all::{all, All};
 pub use in_turn::{all_in_turn, AllInTurn};
-pub(crate) use member::{Hook, KeyHook, KeyTry, Part, Piece, Refusals, Sealed, Window, WindowHeld};
+pub(crate) use member::{Hook, KeyHook, KeyTry, Part, Piece, Refusals, Sealed};
 pub use member::{Member, Members};
 
 #[cfg(all(test, not(loom)))]

@@ -87,7 +87,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
 
 /// The joint decision on a key's `word`, at the `reading` of now, under its shard's lock.
 /// `global` is asked under that lock: a shard's lock is taken before any limiter's, the
-/// crate's lock order (see `window/turnstile.rs` and [`Keyed`]'s concurrency notes).
+/// crate's lock order (see `sync/mod.rs` and [`Keyed`]'s concurrency notes).
 #[inline(always)]
 fn on_word<L: Limiter, G: Limiter>(
     compact: &Compact<L>,

@@ -7,6 +7,32 @@
 //! `RUSTFLAGS="--cfg loom"`, these are [loom](https://docs.rs/loom)'s versions, and the
 //! tests in `loom_tests.rs` explore every interleaving of the core's operations.
 //! Otherwise they are the standard library's, at no cost.
+//!
+//! # Lock order
+//!
+//! The one statement of it: every other place points here. Every path takes the
+//! limiters' locks in one global order, holding only locks earlier in it while it waits
+//! for one, so no two threads ever wait for each other:
+//!
+//! 1. a [`Keyed`](crate::Keyed) shard's lock, for a key's word: a key decided on its word
+//!    together with a global limiter asks the global limiter under it
+//!    (`keyed/joint.rs`); nothing takes a shard's lock while it holds a limiter's;
+//! 2. buckets' locks (`bucket/handle.rs`), by [`Identity`] (see `composite/member.rs`);
+//! 3. window limiters by [`Identity`], and within each its line (`Turnstile::line`,
+//!    `window/turnstile.rs`) before, for a sliding limiter, its tally
+//!    (`window/sliding.rs`).
+//!
+//! - A plain `try_acquire` takes one limiter's locks: a bucket's lock alone; a fixed
+//!   window's line alone, behind waiters; a sliding limiter's tally alone, or behind
+//!   waiters, having let it go, its line and then its tally. A refund, the readers
+//!   (`available`, `is_idle`, ...) and the head of a window's line trying take the tally
+//!   alone (a fixed window, nothing).
+//! - Joining or leaving a window's line takes that line alone: the head's lock is only
+//!   polled under it, never waited for.
+//! - A composite's decision (`composite/held.rs`) holds every member's locks at once, in
+//!   this order, and walks the lines it holds rather than locking them again; joining
+//!   (`composite/waiting.rs`) holds the buckets' locks and the lines. Its places leave
+//!   their lines only once it has let go of all of them.
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};

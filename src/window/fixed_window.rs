@@ -2,18 +2,19 @@
 //! word that holds the window and its count together.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
-use crate::composite::{Hook, Member, Part, Sealed, Window, WindowHeld};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
+use crate::window::{Window, WindowHeld};
 
 /// The largest limit: the count takes at most the low 32 bits of the state word, so the
 /// window number keeps at least 32.
@@ -23,15 +24,18 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// windows following each other from the instant the limiter was made.
 ///
 /// A cheap-to-clone handle: clones share one limiter, across tasks and threads.
-/// [`try_acquire`](Limiter::try_acquire) answers at once, without a lock, with a
-/// `retry_after` hint when it refuses; [`acquire`](Limiter::acquire) waits its turn, first
-/// in, first out. Time is read from tokio's clock, so paused-time tests are exact.
+/// [`try_acquire`](FixedWindow::try_acquire) answers at once, without a lock, with a
+/// `retry_after` hint when it refuses; [`acquire`](FixedWindow::acquire) waits its turn,
+/// first in, first out. Time is read from tokio's clock, so paused-time tests are exact.
+/// These, [`refund`](FixedWindow::refund) and [`available`](FixedWindow::available) are
+/// its own and need no import; it implements [`Limiter`] too, for code that takes any
+/// limiter.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
+/// use token_bucket::{FixedWindow, TryAcquireError};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -78,7 +82,7 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use token_bucket::{FixedWindow, Limiter};
+/// use token_bucket::FixedWindow;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -95,7 +99,7 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 ///
 /// Waiters stand in one line per limiter. A request must fit whole in one window, so
 /// the head of the line sleeps until the next window (or until a
-/// [`refund`](Limiter::refund) makes room) and those behind it wait their turn, even
+/// [`refund`](FixedWindow::refund) makes room) and those behind it wait their turn, even
 /// ones small enough to fit now: nobody is starved. `try_acquire` never jumps the line:
 /// while anyone waits it refuses, with a `retry_after` that places every waiter ahead in
 /// the first window where it fits whole, as the line will.
@@ -130,7 +134,7 @@ const MAX_LIMIT: u64 = u32::MAX as u64;
 /// An `acquire` that must wait needs a tokio runtime with time enabled: outside any
 /// runtime it fails with [`AcquireError::NoRuntime`], and in a runtime built without
 /// time it panics on its first poll, naming `enable_time` (see
-/// [`Limiter::acquire`](Limiter::acquire)).
+/// [`acquire`](FixedWindow::acquire)).
 #[derive(Clone)]
 pub struct FixedWindow {
     shared: Arc<Shared>,
@@ -200,6 +204,173 @@ impl FixedWindow {
             });
         }
         Ok(FixedWindow::with_clock(limit, window, Clock::start()))
+    }
+
+    /// Acquires `permits` in the current window if they fit and nobody waits; never
+    /// waits. Lock-free when nobody waits. Zero permits always succeed. Needs no runtime,
+    /// and no import: the [`Limiter`] trait offers the same call for code that takes any
+    /// limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::Limited`] when the window has no room for `permits`, or others
+    /// wait; its `retry_after` is exact to the nanosecond: the time until the window in
+    /// which the request fits whole, after every waiter ahead of it.
+    /// [`TryAcquireError::ExceedsLimit`] when `permits` is above the limit, naming both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(5, Duration::from_secs(1))?;
+    /// limiter.try_acquire(3)?;
+    /// tokio::time::advance(Duration::from_millis(250)).await;
+    /// // 3 + 3 > 5: it fits only in the next window, 750 ms from now.
+    /// assert_eq!(
+    ///     limiter.try_acquire(3),
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(750) })
+    /// );
+    /// limiter.try_acquire(2)?; // 3 + 2 fits
+    /// assert_eq!(
+    ///     limiter.try_acquire(6),
+    ///     Err(TryAcquireError::ExceedsLimit { requested: 6, limit: 5 })
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+        // Reading nothing more: the compiler drops the reading altogether.
+        let result = self.shared.decide(permits, |_, _, _| ()).0;
+        self.observer.decided(permits, &result);
+        result
+    }
+
+    /// Acquires `permits`, waiting first in, first out behind the other waiters until a
+    /// window has room for all of them. Zero permits succeed at once.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::ExceedsLimit`] at once when `permits` is above the limit, naming
+    /// both; [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// On its first poll, when it must wait inside a tokio runtime built without time (no
+    /// `enable_time` on the runtime's builder): nothing could ever wake it, so it says so
+    /// at once rather than hang.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method uses a queue to admit requests in the order they were made.
+    /// Cancelling a call to `acquire` makes you lose your place in the queue, and
+    /// acquires nothing; the waiter behind it moves up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(2, Duration::from_secs(1))?;
+    /// let start = Instant::now();
+    /// for _ in 0..5 {
+    ///     limiter.acquire(1).await?;
+    /// }
+    /// // Two in window 0, two in window 1, the fifth at the start of window 2.
+    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    // Not an `async fn`: the signature promises `Send`, as the sliding limiters' does.
+    #[allow(clippy::manual_async_fn)]
+    pub fn acquire(
+        &self,
+        permits: u64,
+    ) -> impl Future<Output = Result<(), AcquireError>> + Send + '_ {
+        async move {
+            let shared = &self.shared;
+            if permits == 0 {
+                return Ok(());
+            }
+            if shared.exceeds_limit(permits) {
+                self.observer.refused(permits, None);
+                return Err(AcquireError::ExceedsLimit {
+                    requested: permits,
+                    limit: shared.limit,
+                });
+            }
+            let attempt = |permits, as_of| shared.admit_head(permits, as_of);
+            shared
+                .turnstile
+                .acquire(&shared.clock, permits, &self.observer, attempt)
+                .await
+        }
+    }
+
+    /// Gives `permits` back to the current window, for work that did not happen, and
+    /// lets the head of the line try again at once. It takes them off the current
+    /// window's count, whoever acquired them. A window that has ended is not reopened:
+    /// permits counted in it are not given back (a waiter woken late by the timer was
+    /// counted in the window it was due in, which may have ended), and the current
+    /// window's count never goes below zero, so the limiter never admits more than
+    /// `limit` per window because of a refund.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// limiter.try_acquire(8)?;
+    /// limiter.refund(3);
+    /// assert_eq!(limiter.available(), 5);
+    /// limiter.refund(100); // only the 5 still counted come back
+    /// assert_eq!(limiter.available(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, permits: u64) {
+        let shared = &self.shared;
+        let clock_window = shared.clock.now() / shared.window_nanos;
+        let mut word = shared.state.load(Ordering::Acquire);
+        loop {
+            let Some(next) = shared.refunded(word, clock_window, permits) else {
+                // Nothing counted in the current window: nothing to give back.
+                return;
+            };
+            match shared.state.compare_exchange_weak(
+                word,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
+        }
+        shared.turnstile.refunded();
+    }
+
+    /// Permits left in the current window: what `try_acquire` could take now if nobody
+    /// waited.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// limiter.try_acquire(4)?;
+    /// assert_eq!(limiter.available(), 6);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn available(&self) -> u64 {
+        let shared = &self.shared;
+        shared.limit - shared.current().1.count
     }
 
     /// A limiter with checked settings and an empty current window on `clock`.
@@ -316,12 +487,12 @@ impl FixedWindow {
         self.shared.window
     }
 
-    /// Permits asked for by the [`acquire`](Limiter::acquire) calls waiting in line now
+    /// Permits asked for by the [`acquire`](Self::acquire) calls waiting in line now
     /// (`u64::MAX` if they add up to more).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
+    /// use token_bucket::FixedWindow;
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -583,101 +754,12 @@ impl Shared {
 }
 
 impl Limiter for FixedWindow {
-    /// Acquires `permits` in the current window if they fit and nobody waits; never
-    /// waits. Lock-free when nobody waits. Zero permits always succeed. Needs no runtime.
-    ///
-    /// # Errors
-    ///
-    /// [`TryAcquireError::Limited`] when the window has no room for `permits`, or others
-    /// wait; its `retry_after` is exact to the nanosecond: the time until the window in
-    /// which the request fits whole, after every waiter ahead of it.
-    /// [`TryAcquireError::ExceedsLimit`] when `permits` is above the limit.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindow::new(5, Duration::from_secs(1))?;
-    /// limiter.try_acquire(3)?;
-    /// tokio::time::advance(Duration::from_millis(250)).await;
-    /// // 3 + 3 > 5: it fits only in the next window, 750 ms from now.
-    /// assert_eq!(
-    ///     limiter.try_acquire(3),
-    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(750) })
-    /// );
-    /// limiter.try_acquire(2)?; // 3 + 2 fits
-    /// assert_eq!(
-    ///     limiter.try_acquire(6),
-    ///     Err(TryAcquireError::ExceedsLimit { requested: 6, limit: 5 })
-    /// );
-    /// # Ok(())
-    /// # }
-    /// ```
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        // Reading nothing more: the compiler drops the reading altogether.
-        let result = self.shared.decide(permits, |_, _, _| ()).0;
-        self.observer.decided(permits, &result);
-        result
+        FixedWindow::try_acquire(self, permits)
     }
 
-    /// Acquires `permits`, waiting first in, first out behind the other waiters until a
-    /// window has room for all of them. Zero permits succeed at once.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::ExceedsLimit`] at once when `permits` is above the limit;
-    /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime.
-    ///
-    /// # Panics
-    ///
-    /// On its first poll, when it must wait inside a tokio runtime built without time, as
-    /// [`Limiter::acquire`](Limiter::acquire) says.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future gives up its place in line and acquires nothing;
-    /// the waiter behind it moves up.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
-    /// use tokio::time::Instant;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindow::new(2, Duration::from_secs(1))?;
-    /// let start = Instant::now();
-    /// for _ in 0..5 {
-    ///     limiter.acquire(1).await?;
-    /// }
-    /// // Two in window 0, two in window 1, the fifth at the start of window 2.
-    /// assert_eq!(start.elapsed(), Duration::from_secs(2));
-    /// # Ok(())
-    /// # }
-    /// ```
     async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
-        let shared = &self.shared;
-        if permits == 0 {
-            return Ok(());
-        }
-        if shared.exceeds_limit(permits) {
-            self.observer.refused(permits, None);
-            return Err(AcquireError::ExceedsLimit {
-                requested: permits,
-                limit: shared.limit,
-            });
-        }
-        let attempt = |permits, as_of| shared.admit_head(permits, as_of);
-        shared
-            .turnstile
-            .acquire(&shared.clock, permits, &self.observer, attempt)
-            .await
+        FixedWindow::acquire(self, permits).await
     }
 
     /// Whether `try_acquire(1)` would be refused now: the window is full or others wait.
@@ -698,63 +780,12 @@ impl Limiter for FixedWindow {
         shared.turnstile.is_waiting() || shared.current().1.count >= shared.limit
     }
 
-    /// Gives `permits` back to the current window, for work that did not happen, and
-    /// lets the head of the line try again at once. It takes them off the current
-    /// window's count, whoever acquired them. A window that has ended is not reopened:
-    /// permits counted in it are not given back (a waiter woken late by the timer was
-    /// counted in the window it was due in, which may have ended), and the current
-    /// window's count never goes below zero, so the limiter never admits more than
-    /// `limit` per window because of a refund.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
-    ///
-    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// limiter.try_acquire(8)?;
-    /// limiter.refund(3);
-    /// assert_eq!(limiter.available(), 5);
-    /// limiter.refund(100); // only the 5 still counted come back
-    /// assert_eq!(limiter.available(), 10);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     fn refund(&self, permits: u64) {
-        let shared = &self.shared;
-        let clock_window = shared.clock.now() / shared.window_nanos;
-        let mut word = shared.state.load(Ordering::Acquire);
-        loop {
-            let Some(next) = shared.refunded(word, clock_window, permits) else {
-                // Nothing counted in the current window: nothing to give back.
-                return;
-            };
-            match shared.state.compare_exchange_weak(
-                word,
-                next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(actual) => word = actual,
-            }
-        }
-        shared.turnstile.refunded();
+        FixedWindow::refund(self, permits);
     }
 
-    /// Permits left in the current window: what `try_acquire` could take now if nobody
-    /// waited.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
-    ///
-    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// limiter.try_acquire(4)?;
-    /// assert_eq!(limiter.available(), 6);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
     fn available(&self) -> u64 {
-        let shared = &self.shared;
-        shared.limit - shared.current().1.count
+        FixedWindow::available(self)
     }
 
     /// Whether nothing is counted in the current window and nobody waits: a
@@ -1167,6 +1198,13 @@ impl WindowHeld for HeldFixed<'_> {
     }
 }
 
+impl FixedWindow {
+    /// The limiter as a composite sees it (see `hooks.rs`).
+    pub(crate) fn as_window(&self) -> &dyn Window {
+        self
+    }
+}
+
 impl Window for FixedWindow {
     fn identity(&self) -> usize {
         self.shared.identity.of(&self.shared)
@@ -1202,14 +1240,6 @@ impl Window for FixedWindow {
         })
     }
 }
-
-impl Sealed for FixedWindow {
-    fn part(&self) -> Hook<'_> {
-        Part::Window(self).into()
-    }
-}
-
-impl Member for FixedWindow {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -7,13 +7,18 @@
 //! - `sliding_log.rs`: [`SlidingLog`], exact, a ring of grant instants.
 //! - `sliding_window.rs`: [`SlidingWindow`], a time wheel of per-slot totals.
 //! - `turnstile.rs`: first in, first out waiting, since these limiters have no refill
-//!   task; and the order every path takes the limiters' locks in.
+//!   task.
+//! - `hooks.rs`: what these limiters offer a composite, which `composite/` decides
+//!   through: their line, and their state held at the composite's instant.
 //! - `ring.rs`: reading a circular buffer oldest first.
 //!
-//! It uses the crate's foundations (`clock`, `error`, `sync`) and the plain types of
-//! `quota`, and implements [`Limiter`](crate::Limiter); it does not use the token bucket.
+//! It uses the crate's foundations (`clock`, `error`, `sync`, whose docs give the order
+//! every path takes the limiters' locks in) and the plain types of `quota`, and
+//! implements [`Limiter`](crate::Limiter); it uses neither the token bucket nor
+//! `composite/`, which uses it.
 
 mod fixed_window;
+mod hooks;
 mod ring;
 mod sliding;
 mod sliding_log;
@@ -21,5 +26,6 @@ mod sliding_window;
 pub(crate) mod turnstile;
 
 pub use fixed_window::FixedWindow;
+pub(crate) use hooks::{Window, WindowHeld};
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindow;

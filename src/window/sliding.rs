@@ -20,6 +20,7 @@ use crate::observe::{Kind, Observer};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
+use crate::window::{Window, WindowHeld};
 
 /// The grants of one sliding limiter, behind its lock.
 ///
@@ -94,7 +95,7 @@ pub(crate) struct Sliding<T: Tally> {
 struct Shared<T: Tally> {
     settings: Settings<T::Extra>,
     clock: Clock,
-    /// Locked after the line, never before it (the lock order, in `turnstile.rs`).
+    /// Locked after the line, never before it (the lock order, in `sync/mod.rs`).
     /// Loom's lock under `--cfg loom`, as a composite takes it beside the others.
     tally: Mutex<T>,
     turnstile: Turnstile,
@@ -201,7 +202,7 @@ impl<T: Tally> Sliding<T> {
         let (mut tally, mut now) = self.lock();
         if self.shared.turnstile.is_waiting() {
             // A refusal walks the line, which is locked before the tally (the lock
-            // order, in `turnstile.rs`): let go, then take both in that order.
+            // order, in `sync/mod.rs`): let go, then take both in that order.
             drop(tally);
             line = Some(self.shared.turnstile.line());
             (tally, now) = self.lock();
@@ -411,7 +412,7 @@ pub(crate) struct HeldSliding<'a, T: Tally> {
     now: u64,
 }
 
-impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
+impl<T: Tally> WindowHeld for HeldSliding<'_, T> {
     fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
         if let Screened::ExceedsLimit { requested, limit } = self.sliding.screen(permits) {
             return Err(TryAcquireError::ExceedsLimit { requested, limit });
@@ -437,7 +438,7 @@ impl<T: Tally> crate::composite::WindowHeld for HeldSliding<'_, T> {
     }
 }
 
-impl<T: Tally> crate::composite::Window for Sliding<T> {
+impl<T: Tally> Window for Sliding<T> {
     fn identity(&self) -> usize {
         self.shared.identity.of(&self.shared)
     }
@@ -458,8 +459,8 @@ impl<T: Tally> crate::composite::Window for Sliding<T> {
         &self.shared.clock
     }
 
-    fn hold(&self, moment: Moment) -> Box<dyn crate::composite::WindowHeld + '_> {
-        // The line, then the tally: the lock order (see `turnstile.rs`).
+    fn hold(&self, moment: Moment) -> Box<dyn WindowHeld + '_> {
+        // The line, then the tally: the lock order (see `sync/mod.rs`).
         let line = self.shared.turnstile.line();
         let tally = self
             .shared
@@ -548,6 +549,124 @@ macro_rules! impl_limiter {
         $kind_label:literal
     ) => {
         impl $limiter {
+            #[doc = concat!(
+                        "Acquires `permits` now if they fit and nobody waits; never waits. Zero ",
+                        "permits always succeed. Needs no runtime, and no import: the ",
+                        "[`Limiter`](crate::Limiter) trait offers the same call for code that ",
+                        "takes any limiter.\n\n",
+                        "# Errors\n\n",
+                        "[`TryAcquireError::Limited`](crate::TryAcquireError::Limited) when ",
+                        "`permits` more would count more than the limit now, or others wait; its ",
+                        "`retry_after` is exact to the nanosecond: the time until enough permits ",
+                        "stop counting (", $counts, "), after every waiter ahead of it. ",
+                        "[`TryAcquireError::ExceedsLimit`](crate::TryAcquireError::ExceedsLimit) ",
+                        "when `permits` is above the limit, naming both.\n\n",
+                        "# Examples\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::{", stringify!($limiter), ", TryAcquireError};\n\n",
+                        "# #[tokio::main(flavor = \"current_thread\", start_paused = true)]\n",
+                        "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(2)?;\n",
+                        "tokio::time::advance(Duration::from_millis(250)).await;\n",
+                        "assert_eq!(\n",
+                        "    limiter.try_acquire(1),\n",
+                        "    Err(TryAcquireError::Limited { retry_after: ", $full_after, " })\n",
+                        ");\n",
+                        "assert_eq!(\n",
+                        "    limiter.try_acquire(3),\n",
+                        "    Err(TryAcquireError::ExceedsLimit { requested: 3, limit: 2 })\n",
+                        ");\n",
+                        "# Ok(())\n",
+                        "# }\n",
+                        "```",
+                    )]
+            pub fn try_acquire(&self, permits: u64) -> Result<(), $crate::TryAcquireError> {
+                self.sliding.try_acquire(permits)
+            }
+
+            #[doc = concat!(
+                        "Acquires `permits`, waiting first in, first out behind the other ",
+                        "waiters until they fit. Zero permits succeed at once.\n\n",
+                        "# Errors\n\n",
+                        "[`AcquireError::ExceedsLimit`](crate::AcquireError::ExceedsLimit) at ",
+                        "once when `permits` is above the limit, naming both; ",
+                        "[`AcquireError::NoRuntime`](crate::AcquireError::NoRuntime) when it ",
+                        "must wait outside a tokio runtime.\n\n",
+                        "# Panics\n\n",
+                        "On its first poll, when it must wait inside a tokio runtime built ",
+                        "without time (no `enable_time` on the runtime's builder): nothing could ",
+                        "ever wake it, so it says so at once rather than hang.\n\n",
+                        "# Cancel safety\n\n",
+                        "This method uses a queue to admit requests in the order they were ",
+                        "made. Cancelling a call to `acquire` makes you lose your place in the ",
+                        "queue, and acquires nothing; the waiter behind it moves up.\n\n",
+                        "# Examples\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::", stringify!($limiter), ";\n",
+                        "use tokio::time::Instant;\n\n",
+                        "# #[tokio::main(flavor = \"current_thread\", start_paused = true)]\n",
+                        "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(2)?;\n",
+                        "tokio::time::advance(Duration::from_millis(250)).await;\n",
+                        "let start = Instant::now();\n",
+                        "limiter.acquire(1).await?; // until a permit stops counting\n",
+                        "assert_eq!(start.elapsed(), ", $full_after, ");\n",
+                        "# Ok(())\n",
+                        "# }\n",
+                        "```",
+                    )]
+            pub fn acquire(
+                &self,
+                permits: u64,
+            ) -> impl std::future::Future<Output = Result<(), $crate::AcquireError>> + Send + '_
+            {
+                self.sliding.acquire(permits)
+            }
+
+            #[doc = concat!(
+                        "Gives `permits` back for work that did not happen, and lets the head ",
+                        "of the line try again at once: the newest `permits` that still count ",
+                        "stop counting, whoever acquired them (permits that stopped counting are ",
+                        "not given back), so the limiter never admits more than its limit ",
+                        "because of a refund. So refund soon after the `acquire` it undoes: if ",
+                        "others acquired since, their newer permits stop counting instead, and ",
+                        "the refunded ones count until they leave.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::", stringify!($limiter), ";\n\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(2)?;\n",
+                        "limiter.refund(1);\n",
+                        "assert_eq!(limiter.available(), 1);\n",
+                        "limiter.refund(5); // only the 1 still counted comes back\n",
+                        "assert_eq!(limiter.available(), 2);\n",
+                        "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                        "```",
+                    )]
+            pub fn refund(&self, permits: u64) {
+                self.sliding.refund(permits);
+            }
+
+            #[doc = concat!(
+                        "How many permits `try_acquire` could take now if nobody waited: the ",
+                        "limit less the permits that count now.\n\n",
+                        "```\n",
+                        "use std::time::Duration;\n",
+                        "use token_bucket::", stringify!($limiter), ";\n\n",
+                        "let limiter = ", $example, "?;\n",
+                        "limiter.try_acquire(1)?;\n",
+                        "assert_eq!(limiter.available(), 1);\n",
+                        "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                        "```",
+                    )]
+            pub fn available(&self) -> u64 {
+                self.sliding.available()
+            }
+
             #[doc = concat!(
                         "This limiter, reporting under `name` (see [`observe`](crate::observe)): ",
                         "the `limiter` label of its metrics (feature `metrics`, with the label ",
@@ -639,11 +758,12 @@ macro_rules! impl_limiter {
             }
 
             #[doc = concat!(
-                        "Permits asked for by the [`acquire`](crate::Limiter::acquire) calls ",
-                        "waiting in line now (`u64::MAX` if they add up to more).\n\n",
+                        "Permits asked for by the [`acquire`](", stringify!($limiter),
+                        "::acquire) calls waiting in line now (`u64::MAX` if they add up to ",
+                        "more).\n\n",
                         "```\n",
                         "use std::time::Duration;\n",
-                        "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",
+                        "use token_bucket::", stringify!($limiter), ";\n\n",
                         "# #[tokio::main(flavor = \"current_thread\", start_paused = true)]\n",
                         "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
                         "let limiter = ", $example, "?;\n",
@@ -663,15 +783,20 @@ macro_rules! impl_limiter {
             pub fn queued_permits(&self) -> u64 {
                 self.sliding.queued_permits()
             }
+
+            /// The limiter as a composite sees it (see `hooks.rs`).
+            pub(crate) fn as_window(&self) -> &dyn $crate::window::Window {
+                &self.sliding
+            }
         }
 
         impl $crate::Limiter for $limiter {
             fn try_acquire(&self, permits: u64) -> Result<(), $crate::TryAcquireError> {
-                self.sliding.try_acquire(permits)
+                $limiter::try_acquire(self, permits)
             }
 
             async fn acquire(&self, permits: u64) -> Result<(), $crate::AcquireError> {
-                self.sliding.acquire(permits).await
+                $limiter::acquire(self, permits).await
             }
 
             fn is_limited(&self) -> bool {
@@ -679,11 +804,11 @@ macro_rules! impl_limiter {
             }
 
             fn refund(&self, permits: u64) {
-                self.sliding.refund(permits);
+                $limiter::refund(self, permits);
             }
 
             fn available(&self) -> u64 {
-                self.sliding.available()
+                $limiter::available(self)
             }
 
             fn is_idle(&self) -> bool {
@@ -753,14 +878,6 @@ macro_rules! impl_limiter {
                 self.sliding.debug(stringify!($limiter), f)
             }
         }
-
-        impl $crate::composite::Sealed for $limiter {
-            fn part(&self) -> $crate::composite::Hook<'_> {
-                $crate::composite::Part::Window(&self.sliding).into()
-            }
-        }
-
-        impl $crate::composite::Member for $limiter {}
     };
 }
 

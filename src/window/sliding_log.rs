@@ -33,14 +33,11 @@ use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
 /// refusal's `retry_after` is exact to the nanosecond. With others waiting in line it
 /// places each of their requests, whole and in order, before the caller's: still exact.
 ///
-/// A cheap-to-clone handle: clones share one limiter. It implements [`Limiter`], which
-/// gives it [`try_acquire`](crate::Limiter::try_acquire),
-/// [`acquire`](crate::Limiter::acquire) (first in, first out),
-/// [`is_limited`](crate::Limiter::is_limited), [`refund`](crate::Limiter::refund) (which
-/// forgets the newest permits admitted, whoever acquired them, so call it soon after the
-/// acquire it undoes),
-/// [`available`](crate::Limiter::available), [`is_idle`](crate::Limiter::is_idle) and
-/// [`fresh`](crate::Limiter::fresh).
+/// A cheap-to-clone handle: clones share one limiter. Its own
+/// [`try_acquire`](Self::try_acquire), [`acquire`](Self::acquire) (first in, first out),
+/// [`refund`](Self::refund) (which forgets the newest permits admitted, whoever acquired
+/// them, so call it soon after the acquire it undoes) and [`available`](Self::available)
+/// need no import; it implements [`Limiter`] too, for code that takes any limiter.
 ///
 /// A waiter is admitted as of the instant its request fitted, even when tokio's timer,
 /// which ticks every millisecond, wakes it later (never before it reached the head of
@@ -85,7 +82,7 @@ use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
 ///
 /// ```
 /// use std::time::Duration;
-/// use token_bucket::{Limiter, SlidingLog, TryAcquireError};
+/// use token_bucket::{SlidingLog, TryAcquireError};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -142,7 +139,7 @@ impl SlidingLog {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use token_bucket::{ConfigError, Limiter, SlidingLog};
+    /// use token_bucket::{ConfigError, SlidingLog};
     ///
     /// let limiter = SlidingLog::new(100, Duration::from_secs(60))?;
     /// assert_eq!(limiter.available(), 100);

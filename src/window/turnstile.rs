@@ -24,28 +24,7 @@ use crate::sync::AtomicUsize;
 /// "being at the head of the line". Only the head sleeps on the clock; the others wait on
 /// the lock, in order.
 ///
-/// # Lock order
-///
-/// Every path takes the limiters' locks in one global order, holding only locks earlier
-/// in it while it waits for one, so no two threads ever wait for each other:
-///
-/// 1. a [`Keyed`](crate::Keyed) shard's lock, for a key's word: a key decided on its word
-///    together with a global limiter asks the global limiter under it
-///    (`keyed/joint.rs`); nothing takes a shard's lock while it holds a limiter's;
-/// 2. buckets' locks, by identity (see `composite/member.rs`);
-/// 3. window limiters by identity, and within each its [`line`](Turnstile::line) before,
-///    for a sliding limiter, its tally (`window/sliding.rs`).
-///
-/// - A plain `try_acquire` takes one limiter's locks: a fixed window's line alone, behind
-///   waiters; a sliding limiter's tally alone, or behind waiters, having let it go, its
-///   line and then its tally. A refund, the readers (`available`, `is_idle`, ...) and
-///   the head of the line trying take the tally alone (a fixed window, nothing).
-/// - Joining or leaving a line takes that line alone: the head's lock is only polled
-///   under it, never waited for.
-/// - A composite's decision (`composite/held.rs`) holds every member's locks at once, in
-///   this order, and walks the lines it holds rather than locking them again; joining
-///   (`composite/waiting.rs`) holds the buckets' locks and the lines. Its places leave
-///   their lines only once it has let go of all of them.
+/// Its line's place in the crate's lock order: see `sync/mod.rs`.
 #[derive(Debug, Default)]
 pub(crate) struct Turnstile {
     /// Holds the instant (on the limiter's clock) the last head left the line.
