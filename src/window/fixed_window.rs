@@ -758,8 +758,8 @@ impl Limiter for FixedWindow {
         FixedWindow::try_acquire(self, permits)
     }
 
-    async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
-        FixedWindow::acquire(self, permits).await
+    fn acquire(&self, permits: u64) -> impl Future<Output = Result<(), AcquireError>> + Send + '_ {
+        FixedWindow::acquire(self, permits)
     }
 
     /// Whether `try_acquire(1)` would be refused now: the window is full or others wait.

@@ -795,8 +795,12 @@ macro_rules! impl_limiter {
                 $limiter::try_acquire(self, permits)
             }
 
-            async fn acquire(&self, permits: u64) -> Result<(), $crate::AcquireError> {
-                $limiter::acquire(self, permits).await
+            fn acquire(
+                &self,
+                permits: u64,
+            ) -> impl std::future::Future<Output = Result<(), $crate::AcquireError>> + Send + '_
+            {
+                $limiter::acquire(self, permits)
             }
 
             fn is_limited(&self) -> bool {
