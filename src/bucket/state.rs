@@ -45,6 +45,17 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// One limit of `rate` and `capacity`, starting full.
+    pub(crate) fn one_limit(rate: Rate, capacity: u64, queue_limit: Option<u64>) -> Settings {
+        Settings {
+            rate,
+            capacity,
+            more: Vec::new(),
+            initial: None,
+            queue_limit,
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let limits =
             || std::iter::once((self.rate, self.capacity)).chain(self.more.iter().copied());
@@ -156,9 +167,8 @@ pub(crate) struct State {
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
     /// Waiters whose outcomes were decided, to wake once the lock is released (see
-    /// [`Shared::unlock_and_wake`](crate::bucket::handle::Shared::unlock_and_wake)):
-    /// waking may wake a sleeping worker thread, and that system call should not hold up
-    /// everyone else waiting for the lock.
+    /// `Shared::unlock_and_wake` in `shared.rs`): waking may wake a sleeping worker
+    /// thread, and that system call should not hold up everyone else waiting for the lock.
     wakers: Vec<Waker>,
     /// The outcomes of waiters that have left the queue, until they read them.
     outcomes: Outcomes,

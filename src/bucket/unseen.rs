@@ -27,12 +27,12 @@
 //! # Knowing when nobody is unseen
 //!
 //! Every take must come to the lock while a grant is unseen, so the fast path's word
-//! stays seized ([`State::idle_ledger`](crate::bucket::state::State::idle_ledger) says
-//! so). [`Unseen`] counts the grants delivered and not yet read: the lock's holder adds
-//! what it decided when it releases the lock, a waiter takes one off when it reads its
-//! grant, with one atomic operation. When the count reaches zero the record is dropped
-//! and the word handed back; the waiter that brings it to zero takes the lock for that,
-//! unless someone is queued (whoever serves the queue then does it).
+//! stays seized (`State::idle_limit` says so). [`Unseen`] counts the grants delivered
+//! and not yet read: the lock's holder adds what it decided when it releases the lock,
+//! a waiter takes one off when it reads its grant, with one atomic operation. When the
+//! count reaches zero the record is dropped and the word handed back; the waiter that
+//! brings it to zero takes the lock for that, unless someone is queued (whoever serves
+//! the queue then does it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
