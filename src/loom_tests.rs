@@ -111,6 +111,7 @@ fn on_thread<T: Send + 'static>(
 /// Queues `request` for a waiter that is not polling yet (its waker does nothing).
 fn queue(bucket: &TokenBucket, request: Request) -> WaiterId {
     bucket
+        .shared()
         .begin(request, noop_waker_ref())
         .unwrap()
         .expect("queued")
@@ -120,7 +121,9 @@ fn queue(bucket: &TokenBucket, request: Request) -> WaiterId {
 /// acknowledged: the caller does that where it matters).
 fn outcome_of(bucket: &TokenBucket, id: WaiterId) -> Outcome {
     let mut registered = None;
-    block_on(poll_fn(|cx| bucket.poll_outcome(id, &mut registered, cx)))
+    block_on(poll_fn(|cx| {
+        bucket.shared().poll_outcome(id, &mut registered, cx)
+    }))
 }
 
 /// A `take(tokens)` future polled once, by a task whose waker does nothing: queued.
@@ -360,7 +363,7 @@ fn loom_close_racing_a_take_never_strands_it() {
     model(|| {
         let bucket = bucket(1, 0);
         let closer = on_thread(&bucket, |bucket| bucket.close());
-        let result = match bucket.begin(take(1), noop_waker_ref()) {
+        let result = match bucket.shared().begin(take(1), noop_waker_ref()) {
             Ok(None) => Ok(()),
             Ok(Some(id)) => match outcome_of(&bucket, id) {
                 Outcome::Closed => Err(TakeError::Closed),
@@ -387,7 +390,7 @@ fn loom_a_fast_taker_never_passes_a_waiter() {
         let queued = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&queued);
         let waiter = on_thread(&bucket, move |bucket| {
-            let begun = bucket.begin(take(1), noop_waker_ref()).unwrap();
+            let begun = bucket.shared().begin(take(1), noop_waker_ref()).unwrap();
             flag.store(true, loom::sync::atomic::Ordering::SeqCst);
             begun
         });
@@ -503,7 +506,7 @@ fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
         let (bucket, id) = granted_unseen_a_second_ago();
         let waiter = on_thread(&bucket, move |bucket| {
             assert_eq!(outcome_of(bucket, id), Outcome::Granted);
-            bucket.acknowledge_grant();
+            bucket.shared().acknowledge_grant();
         });
         assert_eq!(bucket.try_take(1), Ok(()));
         waiter.join().unwrap();
@@ -539,7 +542,7 @@ fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
         set_time(SECOND);
         let waiter = on_thread(&bucket, move |bucket| {
             assert_eq!(outcome_of(bucket, first), Outcome::Granted);
-            bucket.acknowledge_grant();
+            bucket.shared().acknowledge_grant();
         });
         let left = bucket.leave(second, take(1), Leaving::Dropped);
         assert!(left.is_none(), "{left:?}");

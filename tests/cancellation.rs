@@ -338,6 +338,35 @@ async fn a_grant_forgotten_by_the_record_is_not_counted_as_taken() {
     assert_eq!(bucket.stats().taken, later);
 }
 
+/// The record keeps a grant through 1,024 later ones, as `take`'s docs say: dropped
+/// unseen after exactly 1,024 later grants it gives its token back; after 1,025 it is
+/// forgotten and gives nothing back.
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_comes_back_after_1_024_later_grants_and_not_after_1_025() {
+    for (later, back) in [(1_024, 1), (1_025, 0)] {
+        // 1,000 a second from empty, with room for every grant: the first take is granted
+        // at 1 ms and never seen, each later one a millisecond after the one before, seen.
+        let bucket = empty_bucket(Rate::per_second(1_000), 5_000);
+        let mut first = tokio_test::task::spawn(bucket.take(1));
+        tokio_test::assert_pending!(first.poll());
+        let mut takers: Vec<_> = (0..later)
+            .map(|_| tokio_test::task::spawn(bucket.take(1)))
+            .collect();
+        for taker in &mut takers {
+            tokio_test::assert_pending!(taker.poll());
+        }
+        tokio::time::advance(ms(later + 1)).await;
+        assert_eq!(bucket.queued(), 0, "every take is granted");
+        for taker in &mut takers {
+            tokio_test::assert_ready_eq!(taker.poll(), Ok(()));
+        }
+        assert_eq!(bucket.available(), 0);
+        drop(first);
+        assert_eq!(bucket.available(), back, "after {later} later grants");
+        assert_eq!(bucket.stats().taken, later);
+    }
+}
+
 /// A refund between a grant and its unseen drop: the history without the grant was full
 /// after the refund, so only what fills the bucket comes back.
 #[tokio::test(start_paused = true)]

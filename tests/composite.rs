@@ -436,6 +436,46 @@ async fn a_capacity_lowered_below_the_request_ends_the_composite() {
     assert_eq!(global.stats().taken, 0);
 }
 
+/// A rate raised on a bucket member wakes the composite waiting on it: it is admitted
+/// at the timer's tick after the new rate fills the bucket, not at the old rate's instant.
+#[tokio::test(start_paused = true)]
+async fn a_rate_raised_on_a_member_wakes_the_waiting_composite() {
+    let slow = bucket(Rate::per_second(1), 1, 0);
+    let other = bucket(Rate::per_second(10), 10, 10);
+    let waiter = spawn_both(&slow, &other, 1);
+    yield_until(|| slow.stats().queued == 1).await;
+    tokio::time::advance(ms(100)).await;
+    slow.set_rate(Rate::per_second(1_000)).unwrap();
+    // 0.1 token accrued at 1 a second; the missing 0.9 comes at 1,000 a second in
+    // 0.9 ms, at 100.9 ms, seen at the timer's tick of 101 ms (at 1 s before the fix).
+    let (result, at) = waiter.await.unwrap();
+    result.unwrap();
+    assert_eq!(at, ms(101));
+    assert_eq!((slow.stats().taken, other.stats().taken), (1, 1));
+}
+
+/// A grant dropped unseen on a bucket member gives its tokens back, and so wakes the
+/// composite waiting behind it, as a refund does.
+#[tokio::test(start_paused = true)]
+async fn a_grant_dropped_unseen_on_a_member_wakes_the_waiting_composite() {
+    let slow = bucket(Rate::per_second(1), 5, 0);
+    let other = bucket(Rate::per_second(10), 10, 10);
+    let mut unseen = tokio_test::task::spawn(slow.take(1));
+    tokio_test::assert_pending!(unseen.poll());
+    let waiter = spawn_both(&slow, &other, 1);
+    yield_until(|| slow.stats().queued == 2).await;
+    // The take is granted at 1 s, unseen; the composite, now at the head, needs 1 s more.
+    tokio::time::advance(secs(1)).await;
+    yield_until(|| slow.stats().queued == 1).await;
+    tokio::time::advance(ms(500)).await;
+    // Never made, the grant leaves 1.5 tokens: the composite is admitted now, not at 2 s.
+    drop(unseen);
+    let (result, at) = waiter.await.unwrap();
+    result.unwrap();
+    assert_eq!(at, ms(1_500));
+    assert_eq!((slow.stats().taken, other.stats().taken), (1, 1));
+}
+
 #[test]
 fn the_same_limiter_twice_or_none_at_all_is_refused() {
     let bucket = TokenBucket::new(Rate::per_second(1), 1).unwrap();

@@ -1,10 +1,32 @@
-//! [`Builder`]: every setting of a [`TokenBucket`], checked at once by `build`.
+//! [`Builder`]: every setting of a [`TokenBucket`], checked at once by `build`, and
+//! [`TokenBucket::builder`], which makes one.
 
+use crate::bucket::handle::TokenBucket;
 use crate::bucket::state::Settings;
-use crate::bucket::TokenBucket;
 use crate::error::ConfigError;
 use crate::observe::{Kind, Observer};
 use crate::rate::Rate;
+
+impl TokenBucket {
+    /// A [`Builder`] for the settings `new` does not take: the initial tokens and a limit
+    /// on the queue.
+    ///
+    /// ```
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::builder()
+    ///     .rate(Rate::per_second(100))
+    ///     .capacity(10)
+    ///     .initial(0)
+    ///     .queue_limit(1_000)
+    ///     .build()?;
+    /// assert_eq!(bucket.available(), 0);
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+}
 
 /// Settings for a [`TokenBucket`], from [`TokenBucket::builder`].
 ///

@@ -113,13 +113,7 @@ impl CompactBucket {
     /// holding exactly what the word holds.
     pub(crate) fn unfold(&self, word: u64, now: u64, base: u64) -> TokenBucket {
         let ledger = self.units(base).ledger(word, now, self.rate);
-        let settings = Settings {
-            rate: self.rate,
-            capacity: self.units.capacity,
-            more: Vec::new(),
-            initial: None,
-            queue_limit: self.queue_limit,
-        };
+        let settings = Settings::one_limit(self.rate, self.units.capacity, self.queue_limit);
         TokenBucket::resumed(&settings, self.clock.clone(), Some(ledger))
     }
 

@@ -1,5 +1,6 @@
 //! The futures returned by [`take`](crate::TokenBucket::take),
-//! [`wait`](crate::TokenBucket::wait) and their timeout forms.
+//! [`wait`](crate::TokenBucket::wait) and their timeout forms, and [`Closed`], by
+//! [`closed`](crate::TokenBucket::closed).
 //!
 //! All four share one state machine, [`Acquire`]: on the first poll the request is served
 //! at once, refused at once, or queued with its task's waker; later polls read the
@@ -9,6 +10,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
 use futures::future::FusedFuture;
@@ -16,8 +18,8 @@ use pin_project::pin_project;
 use tokio::time::{sleep_until, Sleep};
 
 use crate::bucket::queue::{Outcome, Request, WaiterId};
+use crate::bucket::shared::{CloseSignal, Shared};
 use crate::bucket::state::Leaving;
-use crate::bucket::TokenBucket;
 use crate::error::TakeError;
 
 /// Where a request stands.
@@ -50,14 +52,14 @@ struct Watched {
 
 /// The state machine behind the four public futures.
 struct Acquire {
-    bucket: TokenBucket,
+    bucket: Arc<Shared>,
     request: Request,
     phase: Phase,
 }
 
 impl Acquire {
     #[inline]
-    fn new((bucket, request): (TokenBucket, Request)) -> Acquire {
+    fn new((bucket, request): (Arc<Shared>, Request)) -> Acquire {
         Acquire {
             bucket,
             request,
@@ -70,7 +72,7 @@ impl Acquire {
         if let Phase::Idle = self.phase {
             return match self.bucket.begin(self.request, cx.waker()) {
                 Ok(None) => {
-                    let observer = self.bucket.observer();
+                    let observer = &self.bucket.observer;
                     if observer.is_named() {
                         observer.admitted(self.request.consumes());
                     }
@@ -87,7 +89,7 @@ impl Acquire {
                     Poll::Pending
                 }
                 Err(error) => {
-                    let observer = self.bucket.observer();
+                    let observer = &self.bucket.observer;
                     match error {
                         TakeError::ExceedsCapacity { .. } | TakeError::QueueFull { .. } => {
                             observer.refused(self.request.tokens, None);
@@ -122,7 +124,7 @@ impl Acquire {
     /// What a named bucket keeps of a request that queues: the instant, and its span.
     #[cfg(any(feature = "metrics", feature = "tracing"))]
     fn watch(&self) -> Option<Box<Watched>> {
-        let observer = self.bucket.observer();
+        let observer = &self.bucket.observer;
         observer.name()?;
         Some(Box::new(Watched {
             since: tokio::time::Instant::now(),
@@ -141,7 +143,7 @@ impl Acquire {
         {
             #[cfg(feature = "tracing")]
             let _entered = watched.span.as_ref().map(tracing::Span::enter);
-            let observer = self.bucket.observer();
+            let observer = &self.bucket.observer;
             match outcome {
                 Outcome::Granted => {
                     observer.waited(self.request.consumes(), watched.since.elapsed());
@@ -225,7 +227,7 @@ struct Timed {
 }
 
 impl Timed {
-    fn new(request: (TokenBucket, Request)) -> Timed {
+    fn new(request: (Arc<Shared>, Request)) -> Timed {
         Timed {
             acquire: Acquire::new(request),
             timer: None,
@@ -242,7 +244,7 @@ impl Timed {
         }
         if this.timer.is_none() {
             let bucket = &this.acquire.bucket;
-            let Some(deadline) = bucket.clock().instant(this.acquire.request.deadline) else {
+            let Some(deadline) = bucket.clock.instant(this.acquire.request.deadline) else {
                 return Poll::Pending;
             };
             this.timer.set(Some(sleep_until(deadline)));
@@ -274,7 +276,7 @@ macro_rules! request_future {
 
         impl $name {
             #[inline]
-            pub(crate) fn new(request: (TokenBucket, Request)) -> $name {
+            pub(crate) fn new(request: (Arc<Shared>, Request)) -> $name {
                 $name {
                     inner: Acquire::new(request),
                 }
@@ -297,7 +299,7 @@ macro_rules! request_future {
         }
 
         impl $name {
-            pub(crate) fn new(request: (TokenBucket, Request)) -> $name {
+            pub(crate) fn new(request: (Arc<Shared>, Request)) -> $name {
                 $name {
                     inner: Timed::new(request),
                 }
@@ -306,7 +308,7 @@ macro_rules! request_future {
     };
 }
 
-/// The future of [`TokenBucket::take`]: resolves once its tokens are taken.
+/// The future of [`TokenBucket::take`](crate::TokenBucket::take): resolves once its tokens are taken.
 ///
 /// It owns a handle to the bucket, so it is `Send + 'static` and can be stored or spawned.
 /// It takes its place in the queue on the first poll. After completing it implements
@@ -346,7 +348,7 @@ pub struct Take {
 }
 request_future!(Take, Acquire);
 
-/// The future of [`TokenBucket::wait`]: resolves once its tokens are in the bucket, taking
+/// The future of [`TokenBucket::wait`](crate::TokenBucket::wait): resolves once its tokens are in the bucket, taking
 /// none.
 ///
 /// It owns a handle to the bucket, so it is `Send + 'static`. It takes its place in the
@@ -380,7 +382,7 @@ pub struct Wait {
 }
 request_future!(Wait, Acquire);
 
-/// The future of [`TokenBucket::take_timeout`]: as [`Take`], but gives up at its deadline.
+/// The future of [`TokenBucket::take_timeout`](crate::TokenBucket::take_timeout): as [`Take`], but gives up at its deadline.
 ///
 /// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
 /// `Unpin` (pin it with `std::pin::pin!` or `Box::pin` to poll it by hand).
@@ -416,7 +418,7 @@ pub struct TakeTimeout {
 }
 request_future!(TakeTimeout, Timed);
 
-/// The future of [`TokenBucket::wait_timeout`]: as [`Wait`], but gives up at its
+/// The future of [`TokenBucket::wait_timeout`](crate::TokenBucket::wait_timeout): as [`Wait`], but gives up at its
 /// deadline.
 ///
 /// It is `Send + 'static` and a [`FusedFuture`]; it holds a tokio timer, so it is not
@@ -451,3 +453,71 @@ pub struct WaitTimeout {
     inner: Timed,
 }
 request_future!(WaitTimeout, Timed);
+
+/// A future that resolves once a [`TokenBucket`](crate::TokenBucket) is
+/// [closed](crate::TokenBucket::close) (or every handle to it is dropped): made by
+/// [`TokenBucket::closed`](crate::TokenBucket::closed).
+///
+/// It is `Send`, `Sync`, `'static` and `Unpin`, and fused: polled again after it resolved,
+/// it resolves again at once.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it only stops listening.
+///
+/// # Examples
+///
+/// ```
+/// use futures::future::{select, Either};
+/// use std::pin::pin;
+/// use token_bucket::{Closed, Rate, TokenBucket};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
+/// let (sender, receiver) = tokio::sync::oneshot::channel::<&str>();
+/// // Wait for a message, or for the bucket to close, whichever comes first.
+/// let closed: Closed = bucket.closed();
+/// bucket.close();
+/// match select(closed, pin!(receiver)).await {
+///     Either::Left(((), _)) => assert!(bucket.is_closed()),
+///     Either::Right(_) => unreachable!("nothing was sent"),
+/// }
+/// # drop(sender);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct Closed {
+    /// `None` once resolved.
+    pub(crate) signal: Option<CloseSignal>,
+}
+
+impl Future for Closed {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(signal) = &mut self.signal {
+            // `Ok` for a close, `Err(Canceled)` when the bucket was dropped: both end it.
+            let _ = ready!(Pin::new(signal).poll(cx));
+            self.signal = None;
+        }
+        Poll::Ready(())
+    }
+}
+
+impl FusedFuture for Closed {
+    fn is_terminated(&self) -> bool {
+        self.signal.is_none()
+    }
+}
+
+impl fmt::Debug for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let resolved = self
+            .signal
+            .as_ref()
+            .map_or(true, |signal| signal.peek().is_some());
+        f.debug_struct("Closed").field("closed", &resolved).finish()
+    }
+}

@@ -1,270 +1,24 @@
-//! [`TokenBucket`], the public handle, and the state its clones share.
+//! [`TokenBucket`], the public handle: what a user calls, each method over the mechanism
+//! in `shared.rs`.
 
 use std::fmt;
-use std::future::Future;
-use std::ops::{Deref, DerefMut};
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
-use std::task::{ready, Context, Poll, Waker};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::channel::oneshot as signal;
-use futures::future::{FusedFuture, FutureExt, Shared as SharedFuture};
-use tokio::runtime::Handle;
-
-use crate::bucket::builder::Builder;
-use crate::bucket::fast::FastPath;
-use crate::bucket::future::{Take, TakeTimeout, Wait, WaitTimeout};
+use crate::bucket::future::{Closed, Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{self, Limit};
-use crate::bucket::outcomes::{Published, Read};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
-use crate::bucket::refill;
-use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::shared::{HeldBucket, Shared};
+use crate::bucket::state::{Leaving, Settings, State};
 use crate::bucket::stats::{LimitStats, Stats};
-use crate::bucket::unseen::Unseen;
-use crate::clock::{self, Clock, Moment, NEVER};
-use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::clock::{Clock, Moment, NEVER};
+use crate::error::{ConfigError, TryTakeError};
 use crate::observe::Observer;
 use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
-use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
-
-/// What every clone of a [`TokenBucket`] (and its refill task, weakly) points to.
-pub(crate) struct Shared {
-    /// The state while nobody waits, taken without the lock; see `fast.rs`.
-    pub(crate) fast: FastPath,
-    /// What it reports through, if it was named (see `observe/`): beside the word, which
-    /// every `try_take` reads too.
-    pub(crate) observer: Observer,
-    /// Its place in the crate's lock order: see `sync/mod.rs`.
-    state: Mutex<State>,
-    /// Grants delivered to waiters and not yet read; see `unseen.rs`.
-    unseen: Unseen,
-    /// The outcomes decided for waiters, as they read them without the lock; see
-    /// `outcomes.rs`.
-    published: Published,
-    pub(crate) clock: Clock,
-    /// Nudges the refill task to plan again.
-    pub(crate) refill_signal: Arc<refill::Nudge>,
-    /// Whether a refill task is alive; an atomic so that its guard can clear it without
-    /// the lock.
-    pub(crate) refill_running: AtomicBool,
-    /// Copies of settings that adapters read on every item, kept outside the lock so that
-    /// reading them costs no lock. The state behind the lock stays the authority: these
-    /// are written under it, after it.
-    closed: AtomicBool,
-    /// The smallest capacity, over every limit.
-    capacity: AtomicU64,
-    queue_limit: Option<u64>,
-    /// How many limits the bucket has; fixed when it is made.
-    limits: usize,
-    /// What every [`Closed`] waits on, made by the first [`TokenBucket::closed`]: most
-    /// buckets (a per-key one, say) are never watched and so never pay its allocations.
-    close_watch: Mutex<CloseWatch>,
-    /// Orders the bucket among a composite's members.
-    identity: Identity,
-    /// Makes the refill task panic, to test what a panic there does.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
-}
-
-/// The signal [`TokenBucket::close`] fires, if anyone watches for it.
-enum CloseWatch {
-    Unwatched,
-    /// A shared oneshot rather than a `Notify`: its clones are `'static` and `Unpin`
-    /// without boxing, and once fired it stays fired, so no wake-up can be lost. Dropping
-    /// the bucket drops the sender, which fires it too.
-    Watched {
-        sender: signal::Sender<()>,
-        signal: SharedFuture<signal::Receiver<()>>,
-    },
-    Fired,
-}
-
-/// The state, held: the fast path's word is seized while it is held, and handed the
-/// state back when it is released with nobody waiting.
-pub(crate) struct Locked<'a> {
-    fast: &'a FastPath,
-    unseen: &'a Unseen,
-    published: &'a Published,
-    state: MutexGuard<'a, State>,
-}
-
-impl Deref for Locked<'_> {
-    type Target = State;
-
-    fn deref(&self) -> &State {
-        &self.state
-    }
-}
-
-impl DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        &mut self.state
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        debug_assert!(
-            !self.state.has_wakers(),
-            "waiters told their outcomes must be woken once the lock is released"
-        );
-        self.state.flush_tally(&self.fast.counters);
-        self.state.publish_outcomes(self.published);
-        self.state.settle_unseen(self.unseen);
-        if let Some(limit) = self.state.idle_limit() {
-            self.fast.publish(&limit.ledger, limit.rate, limit.capacity);
-        }
-    }
-}
-
-impl Shared {
-    /// The state, as of `now` at the earliest. Nothing panics while holding the lock
-    /// but a waiter's timer check, before anything was decided (see `begin_locked`),
-    /// so the state is consistent even when poisoned, and poisoning is ignored.
-    #[inline]
-    pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        // A bucket of several limits never hands the word its state: nothing to seize.
-        if self.limits == 1 {
-            if let Some(ledger) = self.fast.seize(now, state.rate()) {
-                state.adopt(ledger);
-            }
-        }
-        state.forget_seen(&self.unseen);
-        Locked {
-            fast: &self.fast,
-            unseen: &self.unseen,
-            published: &self.published,
-            state,
-        }
-    }
-
-    /// Closes the bucket: the flag first, so that a waiter woken on another thread finds
-    /// `is_closed()` true, then the state (with `close`, which tells the waiters), then
-    /// whoever watches for the close.
-    fn close(&self, close: impl FnOnce(&mut State, u64)) {
-        self.update(self.clock.now(), |state, now| {
-            self.closed.store(true, Ordering::Release);
-            close(state, now);
-        });
-        let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
-        if let CloseWatch::Watched { sender, .. } = watch {
-            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
-            let _ = sender.send(());
-        }
-    }
-
-    /// Runs `change` on the state at `now`, then nudges the refill task if the change
-    /// made something due sooner than it planned for (or closed the bucket), and wakes
-    /// the waiters whose outcomes it decided once the lock is released.
-    fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        let mut state = self.lock(now);
-        let result = change(&mut state, now);
-        if state.refill_needs_nudge() {
-            self.refill_signal.notify_one();
-        }
-        if state.has_wakers() {
-            self.unlock_and_wake(state, Vec::new());
-        }
-        result
-    }
-
-    /// The refill task panicked: see [`TakeError::RefillFailed`].
-    pub(crate) fn fail_refill(&self) {
-        self.observer.refill_failed();
-        self.close(|state, _| state.fail());
-    }
-
-    fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
-        // Nothing panics while holding it either.
-        self.close_watch
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Releases the lock, then wakes the waiters whose outcomes were decided under it.
-    /// Returns the emptied vector, so that a caller that serves often (the refill task)
-    /// reuses its capacity.
-    pub(crate) fn unlock_and_wake<'a>(
-        &'a self,
-        mut state: Locked<'a>,
-        mut wakers: Vec<Waker>,
-    ) -> Vec<Waker> {
-        state.swap_wakers(&mut wakers);
-        drop(state);
-        wakers.drain(..).for_each(Waker::wake);
-        wakers
-    }
-}
-
-/// A bucket's state held by a composite (see `composite/`) while it decides over all its
-/// members. Released, it nudges the refill task if something became due sooner, then
-/// wakes the waiters decided under it, as every other change does.
-pub(crate) struct HeldBucket<'a> {
-    bucket: &'a TokenBucket,
-    state: Option<Locked<'a>>,
-}
-
-impl HeldBucket<'_> {
-    /// What the bucket reports through (see `observe/`): a composite reports what it
-    /// decides for a named member.
-    pub(crate) fn observer(&self) -> &Observer {
-        self.bucket.observer()
-    }
-
-    /// `moment` on this bucket's clock.
-    pub(crate) fn clock_at(&self, moment: Moment) -> u64 {
-        self.bucket.shared.clock.at(moment)
-    }
-
-    /// Makes sure a refill task serves those behind a hold once it leaves.
-    pub(crate) fn ensure_refill(&mut self) -> Result<(), TakeError> {
-        match &mut self.state {
-            Some(state) => refill::ensure_running(&self.bucket.shared, state),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Deref for HeldBucket<'_> {
-    type Target = State;
-
-    fn deref(&self) -> &State {
-        self.state.as_ref().expect("held until dropped")
-    }
-}
-
-impl DerefMut for HeldBucket<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        self.state.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for HeldBucket<'_> {
-    fn drop(&mut self) {
-        let Some(mut state) = self.state.take() else {
-            return;
-        };
-        let shared = &*self.bucket.shared;
-        if state.refill_needs_nudge() {
-            shared.refill_signal.notify_one();
-        }
-        if state.has_wakers() {
-            shared.unlock_and_wake(state, Vec::new());
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The refill task holds the bucket weakly: wake it so that it sees it is gone.
-        self.refill_signal.notify_one();
-    }
-}
+use crate::sync::Identity;
 
 /// An async token bucket: a cheap-to-clone handle whose clones share one bucket.
 ///
@@ -301,7 +55,7 @@ impl Drop for Shared {
 /// started on the tokio runtime where a request first had to queue; that runtime needs
 /// time enabled (as `#[tokio::main]` and `#[tokio::test]` give). A request with a timeout
 /// also needs a runtime where it is polled. When neither is there, the request fails
-/// with [`TakeError::NoRuntime`] rather than panicking.
+/// with [`TakeError::NoRuntime`](crate::TakeError::NoRuntime) rather than panicking.
 ///
 /// A request that must wait and is polled inside a runtime built without time (no
 /// `enable_time` on its builder) **panics on that first poll**, with tokio's message
@@ -317,14 +71,6 @@ impl Drop for Shared {
 #[derive(Clone)]
 pub struct TokenBucket {
     shared: Arc<Shared>,
-}
-
-/// A decision of [`TokenBucket::begin`], made under the bucket's lock.
-enum Begun {
-    Granted,
-    Queued(WaiterId),
-    /// It must wait in a runtime whose timer is not checked yet: check, then decide again.
-    MustCheckTimer,
 }
 
 impl TokenBucket {
@@ -345,30 +91,11 @@ impl TokenBucket {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn new(rate: Rate, capacity: u64) -> Result<TokenBucket, ConfigError> {
-        TokenBucket::builder().rate(rate).capacity(capacity).build()
+        TokenBucket::from_settings(Settings::one_limit(rate, capacity, None))
     }
 
-    /// A [`Builder`] for the settings `new` does not take: the initial tokens and a limit
-    /// on the queue.
-    ///
-    /// ```
-    /// use token_bucket::{Rate, TokenBucket};
-    ///
-    /// let bucket = TokenBucket::builder()
-    ///     .rate(Rate::per_second(100))
-    ///     .capacity(10)
-    ///     .initial(0)
-    ///     .queue_limit(1_000)
-    ///     .build()?;
-    /// assert_eq!(bucket.available(), 0);
-    /// # Ok::<(), token_bucket::ConfigError>(())
-    /// ```
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
-    /// The name it reports under, if [`Builder::name`] gave it one (see
-    /// [`observe`](crate::observe)).
+    /// The name it reports under, if [`Builder::name`](crate::Builder::name) gave it one
+    /// (see [`observe`](crate::observe)).
     ///
     /// ```
     /// use token_bucket::{Rate, TokenBucket};
@@ -391,11 +118,9 @@ impl TokenBucket {
         observer: Observer,
     ) -> Result<TokenBucket, ConfigError> {
         settings.validate()?;
-        let mut bucket = TokenBucket::resumed(&settings, Clock::start(), None);
-        if let Some(shared) = Arc::get_mut(&mut bucket.shared) {
-            // Just made: no other handle, weak or strong, and no refill task yet.
-            shared.observer = observer;
-        }
+        let bucket = TokenBucket {
+            shared: Arc::new(Shared::new(&settings, Clock::start(), None, observer)),
+        };
         #[cfg(feature = "metrics")]
         {
             let watched = Arc::downgrade(&bucket.shared);
@@ -417,34 +142,8 @@ impl TokenBucket {
         clock: Clock,
         ledger: Option<Ledger>,
     ) -> TokenBucket {
-        let mut state = State::new(settings, clock.now());
-        if let Some(ledger) = ledger {
-            state.adopt(ledger);
-        }
-        let fast = match state.idle_limit() {
-            Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
-            None => FastPath::seized(),
-        };
-        let capacity = state.capacity();
         TokenBucket {
-            shared: Arc::new(Shared {
-                fast,
-                state: Mutex::new(state),
-                unseen: Unseen::new(),
-                published: Published::new(),
-                clock,
-                refill_signal: Arc::default(),
-                refill_running: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
-                capacity: AtomicU64::new(capacity),
-                queue_limit: settings.queue_limit,
-                limits: 1 + settings.more.len(),
-                close_watch: Mutex::new(CloseWatch::Unwatched),
-                identity: Identity::new(),
-                observer: Observer::default(),
-                #[cfg(all(test, not(loom)))]
-                panic_in_refill: std::sync::atomic::AtomicBool::new(false),
-            }),
+            shared: Arc::new(Shared::new(settings, clock, ledger, Observer::default())),
         }
     }
 
@@ -453,7 +152,7 @@ impl TokenBucket {
     /// compact key of `Keyed` folds back from. The limit's ledger is brought to `now` (or
     /// later, if a racing taker took tokens accrued after it) and capped.
     pub(crate) fn read_idle_limit<R>(&self, now: u64, read: impl FnOnce(&Limit) -> R) -> Option<R> {
-        self.update_at(now, |state, now| {
+        self.shared.update(now, |state, now| {
             state.serve(now);
             state.idle_limit().map(read)
         })
@@ -523,7 +222,8 @@ impl TokenBucket {
     /// path inlined into callers stays small.
     #[inline(never)]
     fn try_take_locked(&self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
-        self.update_at(now, |state, now| state.try_take(tokens, now))
+        self.shared
+            .update(now, |state, now| state.try_take(tokens, now))
     }
 
     /// [`try_take`](TokenBucket::try_take), and the [`Quota`] it leaves, read in the same
@@ -540,16 +240,11 @@ impl TokenBucket {
         decided
     }
 
-    /// What the bucket reports through (see `observe/`).
-    pub(crate) fn observer(&self) -> &Observer {
-        &self.shared.observer
-    }
-
     /// `try_take_quota` when the word sends it to the lock: out of line, as
     /// `try_take_locked` is.
     #[inline(never)]
     fn try_take_quota_locked(&self, tokens: u64, now: u64) -> (Result<(), TryTakeError>, Quota) {
-        self.update_at(now, |state, now| {
+        self.shared.update(now, |state, now| {
             let result = state.try_take(tokens, now);
             (result, state.quota(now))
         })
@@ -561,11 +256,12 @@ impl TokenBucket {
         if let Some(quota) = self.shared.fast.quota(now) {
             return quota;
         }
-        self.update_at(now, State::quota)
+        self.shared.update(now, State::quota)
     }
 
-    /// The first limit's [`Policy`] (limit 0, the one [`Builder::rate`] and
-    /// [`Builder::capacity`] set).
+    /// The first limit's [`Policy`] (limit 0, the one
+    /// [`Builder::rate`](crate::Builder::rate) and
+    /// [`Builder::capacity`](crate::Builder::capacity) set).
     pub(crate) fn first_policy(&self) -> Policy {
         let now = self.shared.clock.now();
         if let Some((rate, capacity, _)) = self.shared.fast.settings_and_tokens(now) {
@@ -577,10 +273,11 @@ impl TokenBucket {
     }
 
     /// Each limit's budget as a [`Policy`], in order: limit 0 first (the one
-    /// [`Builder::rate`] and [`Builder::capacity`] set, whose policy is
-    /// [`Limiter::policy`](crate::Limiter::policy)), then those [`Builder::limit`]
-    /// added. A limit's policy is its capacity per the time its rate takes to fill it from
-    /// empty, rounded up to the nanosecond.
+    /// [`Builder::rate`](crate::Builder::rate) and
+    /// [`Builder::capacity`](crate::Builder::capacity) set, whose policy is
+    /// [`Limiter::policy`](crate::Limiter::policy)), then those
+    /// [`Builder::limit`](crate::Builder::limit) added. A limit's policy is its capacity
+    /// per the time its rate takes to fill it from empty, rounded up to the nanosecond.
     ///
     /// ```
     /// use std::time::Duration;
@@ -618,11 +315,14 @@ impl TokenBucket {
     ///
     /// # Errors
     ///
-    /// [`TakeError::ExceedsCapacity`] at once when `tokens` is more than the capacity (or
-    /// later, if [`set_capacity`](TokenBucket::set_capacity) lowers it below `tokens`);
-    /// [`TakeError::QueueFull`] at once when queueing would pass the
-    /// [queue limit](Builder::queue_limit); [`TakeError::Closed`] when the bucket is or
-    /// gets closed; [`TakeError::NoRuntime`] when it must wait outside a tokio runtime.
+    /// [`TakeError::ExceedsCapacity`](crate::TakeError::ExceedsCapacity) at once when
+    /// `tokens` is more than the capacity (or later, if
+    /// [`set_capacity`](TokenBucket::set_capacity) lowers it below `tokens`);
+    /// [`TakeError::QueueFull`](crate::TakeError::QueueFull) at once when queueing would
+    /// pass the [queue limit](crate::Builder::queue_limit);
+    /// [`TakeError::Closed`](crate::TakeError::Closed) when the bucket is or gets closed;
+    /// [`TakeError::NoRuntime`](crate::TakeError::NoRuntime) when it must wait outside a
+    /// tokio runtime.
     ///
     /// # Panics
     ///
@@ -678,7 +378,7 @@ impl TokenBucket {
     ///
     /// # Errors
     ///
-    /// Those of `take`, and [`TakeError::Timeout`].
+    /// Those of `take`, and [`TakeError::Timeout`](crate::TakeError::Timeout).
     ///
     /// # Panics
     ///
@@ -749,7 +449,7 @@ impl TokenBucket {
     ///
     /// # Errors
     ///
-    /// Those of `wait`, and [`TakeError::Timeout`].
+    /// Those of `wait`, and [`TakeError::Timeout`](crate::TakeError::Timeout).
     ///
     /// # Panics
     ///
@@ -796,12 +496,12 @@ impl TokenBucket {
         if let Some(tokens) = self.shared.fast.available(now) {
             return tokens;
         }
-        self.update_at(now, State::available)
+        self.shared.update(now, State::available)
     }
 
-    /// The most tokens the bucket holds: the largest request that can ever be served.
-    /// With [several limits](Builder::limit), the smallest of their capacities (each is in
-    /// [`limit_stats`](TokenBucket::limit_stats)).
+    /// The most tokens the bucket holds: the largest request that can ever be served. With
+    /// [several limits](crate::Builder::limit), the smallest of their capacities (each is
+    /// in [`limit_stats`](TokenBucket::limit_stats)).
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -820,7 +520,7 @@ impl TokenBucket {
     }
 
     /// The most tokens that may be queued, if the bucket was built with a
-    /// [`queue_limit`](Builder::queue_limit); `None` when the queue is unlimited.
+    /// [`queue_limit`](crate::Builder::queue_limit); `None` when the queue is unlimited.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -833,8 +533,8 @@ impl TokenBucket {
         self.shared.queue_limit
     }
 
-    /// The rate tokens are gained at. With [several limits](Builder::limit), the first
-    /// one's (limit 0, the one [`Builder::rate`] set).
+    /// The rate tokens are gained at. With [several limits](crate::Builder::limit), the
+    /// first one's (limit 0, the one [`Builder::rate`](crate::Builder::rate) set).
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -864,15 +564,15 @@ impl TokenBucket {
             // The word is open: nobody waits.
             return 0;
         }
-        self.update_at(now, |state, now| {
+        self.shared.update(now, |state, now| {
             state.serve(now);
             state.queued()
         })
     }
 
-    /// Changes the rate from now on; tokens accrued so far stay. Waiters are rescheduled
-    /// at once. With [several limits](Builder::limit), it changes the first one's (limit
-    /// 0), as [`set_limit_rate`](TokenBucket::set_limit_rate)`(0, rate)` does.
+    /// Changes the rate from now on; tokens accrued so far stay. Waiters are rescheduled at
+    /// once. With [several limits](crate::Builder::limit), it changes the first one's
+    /// (limit 0), as [`set_limit_rate`](TokenBucket::set_limit_rate)`(0, rate)` does.
     ///
     /// # Errors
     ///
@@ -891,8 +591,8 @@ impl TokenBucket {
     }
 
     /// Changes limit `limit`'s rate from now on (limits are numbered as
-    /// [`Builder::limit`] says: 0 is the first). Tokens it accrued so far stay; waiters
-    /// are rescheduled at once.
+    /// [`Builder::limit`](crate::Builder::limit) says: 0 is the first). Tokens it accrued
+    /// so far stay; waiters are rescheduled at once.
     ///
     /// # Errors
     ///
@@ -919,9 +619,10 @@ impl TokenBucket {
     }
 
     /// Changes the capacity. Tokens above a lowered capacity are dropped, and waiters
-    /// asking for more than it fail with [`TakeError::ExceedsCapacity`]. A raised capacity
-    /// fills at the rate, not at once. With [several limits](Builder::limit), it changes
-    /// the first one's (limit 0), as
+    /// asking for more than it fail with
+    /// [`TakeError::ExceedsCapacity`](crate::TakeError::ExceedsCapacity). A raised capacity
+    /// fills at the rate, not at once. With [several limits](crate::Builder::limit), it
+    /// changes the first one's (limit 0), as
     /// [`set_limit_capacity`](TokenBucket::set_limit_capacity)`(0, capacity)` does.
     ///
     /// # Errors
@@ -939,10 +640,11 @@ impl TokenBucket {
         self.set_limit_capacity(0, capacity)
     }
 
-    /// Changes limit `limit`'s capacity (limits are numbered as [`Builder::limit`] says:
-    /// 0 is the first). Tokens above a lowered capacity are dropped; a raised one fills at
-    /// the limit's rate, not at once. Waiters asking for more than the smallest capacity
-    /// then fail with [`TakeError::ExceedsCapacity`], naming it.
+    /// Changes limit `limit`'s capacity (limits are numbered as
+    /// [`Builder::limit`](crate::Builder::limit) says: 0 is the first). Tokens above a
+    /// lowered capacity are dropped; a raised one fills at the limit's rate, not at once.
+    /// Waiters asking for more than the smallest capacity then fail with
+    /// [`TakeError::ExceedsCapacity`](crate::TakeError::ExceedsCapacity), naming it.
     ///
     /// # Errors
     ///
@@ -991,9 +693,9 @@ impl TokenBucket {
     }
 
     /// Closes the bucket for good: every queued and later `take` and `wait` returns
-    /// [`TakeError::Closed`], and `try_take` returns [`TryTakeError::Closed`]. Waiters
-    /// whose tokens had accrued before the close are granted, as they would have been had
-    /// anyone looked. Closing twice does nothing more.
+    /// [`TakeError::Closed`](crate::TakeError::Closed), and `try_take` returns
+    /// [`TryTakeError::Closed`]. Waiters whose tokens had accrued before the close are
+    /// granted, as they would have been had anyone looked. Closing twice does nothing more.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket, TryTakeError};
@@ -1052,21 +754,9 @@ impl TokenBucket {
     /// # }
     /// ```
     pub fn closed(&self) -> Closed {
-        let mut watch = self.shared.close_watch();
-        let signal = match &*watch {
-            CloseWatch::Fired => None,
-            CloseWatch::Watched { signal, .. } => Some(signal.clone()),
-            CloseWatch::Unwatched => {
-                let (sender, receiver) = signal::channel();
-                let signal = receiver.shared();
-                *watch = CloseWatch::Watched {
-                    sender,
-                    signal: signal.clone(),
-                };
-                Some(signal)
-            }
-        };
-        Closed { signal }
+        Closed {
+            signal: self.shared.close_signal(),
+        }
     }
 
     /// Whether [`close`](TokenBucket::close) was called.
@@ -1081,10 +771,10 @@ impl TokenBucket {
         self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// A snapshot of the bucket's state and counters. With [several limits](Builder::limit),
-    /// `available` is the least any limit holds, `capacity` the smallest capacity (the
-    /// largest request that can ever be served) and `rate` the first limit's;
-    /// [`limit_stats`](TokenBucket::limit_stats) reports each limit.
+    /// A snapshot of the bucket's state and counters. With [several
+    /// limits](crate::Builder::limit), `available` is the least any limit holds, `capacity`
+    /// the smallest capacity (the largest request that can ever be served) and `rate` the
+    /// first limit's; [`limit_stats`](TokenBucket::limit_stats) reports each limit.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -1113,14 +803,16 @@ impl TokenBucket {
         }
         // Read under the lock, with the word seized: no grant made later is counted (a
         // fast-path grant made just before the seize may be counted an instant later).
-        self.update_at(now, |state, now| {
+        self.shared.update(now, |state, now| {
             state.stats(now, self.shared.fast.counters.read())
         })
     }
 
-    /// A snapshot of each limit, in order: limit 0 first (the one [`Builder::rate`] and
-    /// [`Builder::capacity`] set), then those [`Builder::limit`] added. One element for a
-    /// bucket with one limit.
+    /// A snapshot of each limit, in order: limit 0 first (the one
+    /// [`Builder::rate`](crate::Builder::rate) and
+    /// [`Builder::capacity`](crate::Builder::capacity) set), then those
+    /// [`Builder::limit`](crate::Builder::limit) added. One element for a bucket with one
+    /// limit.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -1145,180 +837,27 @@ impl TokenBucket {
                 available,
             }];
         }
-        self.update_at(now, State::limit_stats)
+        self.shared.update(now, State::limit_stats)
     }
 
     #[inline]
-    fn request(&self, kind: Kind, tokens: u64, deadline: u64) -> (TokenBucket, Request) {
+    fn request(&self, kind: Kind, tokens: u64, deadline: u64) -> (Arc<Shared>, Request) {
         let request = Request {
             kind,
             tokens,
             deadline,
         };
-        (self.clone(), request)
+        (Arc::clone(&self.shared), request)
     }
 
-    /// Runs `change` on the state at the current instant, then nudges the refill task if
-    /// the change made something due sooner than it planned for.
+    /// Runs `change` on the state at the current instant (see [`Shared::update`]).
     fn update<R>(&self, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        self.update_at(self.shared.clock.now(), change)
-    }
-
-    /// [`update`](TokenBucket::update) at an instant already read.
-    fn update_at<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        self.shared.update(now, change)
-    }
-
-    /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(id))` when queued,
-    /// to be woken through `waker` once its outcome is decided.
-    ///
-    /// # Panics
-    ///
-    /// When the request must wait inside a tokio runtime without a timer (see
-    /// [`clock::require_timer`]).
-    #[inline]
-    pub(crate) fn begin(
-        &self,
-        request: Request,
-        waker: &Waker,
-    ) -> Result<Option<WaiterId>, TakeError> {
-        let now = self.shared.clock.now();
-        let served_now = match request.kind {
-            Kind::Take => self.shared.fast.take_now(request.tokens, now),
-            Kind::Wait => self.shared.fast.holds(request.tokens, now),
-            // A composite's hold is joined under the lock (see `composite/`), never here.
-            Kind::Hold => false,
-        };
-        if served_now {
-            return Ok(None);
-        }
-        self.begin_locked(request, waker, now)
-    }
-
-    /// `begin` when the word sends the request to the lock: to be served, refused or
-    /// queued there. Out of line, as `try_take_locked` is.
-    #[inline(never)]
-    fn begin_locked(
-        &self,
-        request: Request,
-        waker: &Waker,
-        now: u64,
-    ) -> Result<Option<WaiterId>, TakeError> {
-        // The instant the fast path was asked at, also after the timer check: reading the
-        // clock again (it costs a quarter of what queueing a waiter does) would change
-        // nothing but the cost.
-        let mut timer_checked = false;
-        loop {
-            let begun = self.update_at(now, |state, now| {
-                if state.admit(request, now)? == Admission::Granted {
-                    return Ok(Begun::Granted);
-                }
-                let in_runtime = Handle::try_current().is_ok();
-                // A deadline needs the runtime's timer, even when a refill task already
-                // runs (started from another runtime).
-                if request.deadline != NEVER && !in_runtime {
-                    return Err(TakeError::NoRuntime);
-                }
-                if in_runtime && !timer_checked {
-                    if state.has_wakers() {
-                        // Serving decided others' outcomes: panicking under the lock
-                        // would lose them.
-                        return Ok(Begun::MustCheckTimer);
-                    }
-                    // Nothing was decided yet, so a panic here leaves the state as it
-                    // was; checking outside the lock would cost a second round.
-                    clock::require_timer_in_runtime();
-                }
-                refill::ensure_running(&self.shared, state)?;
-                Ok(Begun::Queued(state.enqueue(request, waker.clone())))
-            })?;
-            match begun {
-                Begun::Granted => return Ok(None),
-                Begun::Queued(id) => return Ok(Some(id)),
-                Begun::MustCheckTimer => {
-                    // Outside the lock: a panic under it would drop the outcomes due to
-                    // other waiters. Then decide again, as the bucket may have moved on.
-                    clock::require_timer();
-                    timer_checked = true;
-                }
-            }
-        }
-    }
-
-    /// Called by a queued waiter that is still pending: if the refill task died with its
-    /// runtime, start a new one here, so a waiter carried into another runtime is served.
-    ///
-    /// # Panics
-    ///
-    /// When the task must be started here and this runtime has no timer: it would panic
-    /// on its first sleep, be started again by this waiter, and so on for ever.
-    pub(crate) fn keep_serving(&self) {
-        if self.shared.refill_running.load(Ordering::Acquire) {
-            return;
-        }
-        clock::require_timer();
-        let mut state = self.shared.lock(self.shared.clock.now());
-        // Outside any runtime there is nobody to start it; the next poll inside one will.
-        let _ = refill::ensure_running(&self.shared, &mut state);
-    }
-
-    /// A queued waiter read its grant: if it was the last one unseen and nobody is
-    /// queued, the lock is taken and released so that the fast path gets the word back.
-    pub(crate) fn acknowledge_grant(&self) {
-        if self.shared.unseen.acknowledge() {
-            drop(self.shared.lock(self.shared.clock.now()));
-        }
-    }
-
-    /// Polls queued waiter `id` for its outcome. `registered` is the waker this future
-    /// last registered in its queue entry, if any: a poll by the same task finds out that
-    /// it is still queued without the lock.
-    #[inline]
-    pub(crate) fn poll_outcome(
-        &self,
-        id: WaiterId,
-        registered: &mut Option<Waker>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Outcome> {
-        match self.shared.published.read(id) {
-            Read::Granted => return Poll::Ready(Outcome::Granted),
-            Read::Queued
-                if registered
-                    .as_ref()
-                    .is_some_and(|waker| waker.will_wake(cx.waker())) =>
-            {
-                self.keep_serving();
-                return Poll::Pending;
-            }
-            Read::Queued | Read::Unknown => {}
-        }
-        self.poll_outcome_locked(id, registered, cx)
-    }
-
-    /// `poll_outcome` when the outcome is not a grant, or the waker must be registered.
-    #[inline(never)]
-    fn poll_outcome_locked(
-        &self,
-        id: WaiterId,
-        registered: &mut Option<Waker>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Outcome> {
-        let decided = self
-            .shared
-            .lock(self.shared.clock.now())
-            .poll_outcome(id, cx.waker());
-        if let Some(outcome) = decided {
-            return Poll::Ready(outcome);
-        }
-        *registered = Some(cx.waker().clone());
-        // The refill task may have died with its runtime (which woke us): start another.
-        self.keep_serving();
-        Poll::Pending
+        self.shared.update(self.shared.clock.now(), change)
     }
 
     /// A queued request leaves early; see [`State::leave`].
     pub(crate) fn leave(&self, id: WaiterId, request: Request, why: Leaving) -> Option<Outcome> {
-        self.update(|state, now| state.leave(id, request, why, now))
+        self.shared.leave(id, request, why)
     }
 
     /// A new, full bucket with this one's limits and queue limit.
@@ -1326,13 +865,7 @@ impl TokenBucket {
         let queue_limit = self.shared.queue_limit;
         let settings = if self.limit_count() == 1 {
             // Without the lock, which an idle bucket's word spares.
-            Settings {
-                rate: self.rate(),
-                capacity: self.capacity(),
-                more: Vec::new(),
-                initial: None,
-                queue_limit,
-            }
+            Settings::one_limit(self.rate(), self.capacity(), queue_limit)
         } else {
             self.shared
                 .lock(self.shared.clock.now())
@@ -1344,10 +877,7 @@ impl TokenBucket {
 
     /// The state as of `moment`, held for a composite until the guard is dropped.
     pub(crate) fn hold_lock(&self, moment: Moment) -> HeldBucket<'_> {
-        HeldBucket {
-            bucket: self,
-            state: Some(self.shared.lock(self.shared.clock.at(moment))),
-        }
+        self.shared.hold(moment)
     }
 
     /// What orders this bucket among a composite's members, the same for every clone.
@@ -1365,8 +895,9 @@ impl TokenBucket {
         self.shared.limits
     }
 
-    /// The shared state, for tests to drive the refill task's own code.
-    #[cfg(test)]
+    /// The shared state, for the loom tests to drive the mechanism and the refill task's
+    /// own code.
+    #[cfg(all(test, loom))]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -1389,69 +920,42 @@ impl fmt::Debug for TokenBucket {
     }
 }
 
-/// A future that resolves once a [`TokenBucket`] is [closed](TokenBucket::close) (or every
-/// handle to it is dropped): made by [`TokenBucket::closed`].
-///
-/// It is `Send`, `Sync`, `'static` and `Unpin`, and fused: polled again after it resolved,
-/// it resolves again at once.
-///
-/// # Cancel safety
-///
-/// Cancel safe: dropping it only stops listening.
-///
-/// # Examples
-///
-/// ```
-/// use futures::future::{select, Either};
-/// use std::pin::pin;
-/// use token_bucket::{Closed, Rate, TokenBucket};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let bucket = TokenBucket::new(Rate::per_second(10), 10)?;
-/// let (sender, receiver) = tokio::sync::oneshot::channel::<&str>();
-/// // Wait for a message, or for the bucket to close, whichever comes first.
-/// let closed: Closed = bucket.closed();
-/// bucket.close();
-/// match select(closed, pin!(receiver)).await {
-///     Either::Left(((), _)) => assert!(bucket.is_closed()),
-///     Either::Right(_) => unreachable!("nothing was sent"),
-/// }
-/// # drop(sender);
-/// # Ok(())
-/// # }
-/// ```
-#[must_use = "futures do nothing unless you `.await` or poll them"]
-pub struct Closed {
-    /// `None` once resolved.
-    signal: Option<SharedFuture<signal::Receiver<()>>>,
-}
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
 
-impl Future for Closed {
-    type Output = ();
+    use crate::bucket::refill::Served;
+    use crate::{Rate, TakeError, TokenBucket, TryTakeError};
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if let Some(signal) = &mut self.signal {
-            // `Ok` for a close, `Err(Canceled)` when the bucket was dropped: both end it.
-            let _ = ready!(Pin::new(signal).poll(cx));
-            self.signal = None;
-        }
-        Poll::Ready(())
-    }
-}
-
-impl FusedFuture for Closed {
-    fn is_terminated(&self) -> bool {
-        self.signal.is_none()
-    }
-}
-
-impl fmt::Debug for Closed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let resolved = self
-            .signal
-            .as_ref()
-            .map_or(true, |signal| signal.peek().is_some());
-        f.debug_struct("Closed").field("closed", &resolved).finish()
+    /// On a real clock, so that a task restarted for ever (which never lets paused time
+    /// move) fails the timeout instead of hanging the test.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refill_task_that_panics_closes_the_bucket_and_tells_its_waiters() {
+        let bucket = TokenBucket::builder()
+            .rate(Rate::per_second(1))
+            .capacity(1)
+            .initial(0)
+            .build()
+            .unwrap();
+        bucket
+            .shared
+            .panic_in_refill
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let waiter = tokio::spawn({
+            let bucket = bucket.clone();
+            async move { bucket.take(1).await }
+        });
+        let told = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is told, not left hanging")
+            .unwrap();
+        assert_eq!(told, Err(TakeError::RefillFailed));
+        assert!(bucket.is_closed());
+        // Nobody starts the task again: later requests are refused at once.
+        assert_eq!(bucket.take(1).await, Err(TakeError::Closed));
+        assert_eq!(bucket.try_take(1), Err(TryTakeError::Closed));
+        tokio::task::yield_now().await;
+        assert!(!bucket.shared.refill().is_running());
+        assert_eq!(bucket.stats().queued, 0);
     }
 }

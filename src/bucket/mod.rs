@@ -1,27 +1,31 @@
 //! The token bucket: [`TokenBucket`] and everything behind it.
 //!
-//! A request goes down through these files in order:
-//! - `handle.rs`: [`TokenBucket`], the cheap-to-clone handle, and the state its clones
-//!   share (the lock, and the atomic copies the adapters read without it).
+//! A request goes down through these files in order, and each file uses only files
+//! listed after it:
 //! - `builder.rs`: [`Builder`], every setting checked at once.
+//! - `compact.rs`: a bucket nobody waits on as `Keyed` holds it, one plain word per key,
+//!   and how it unfolds into a bucket and folds back.
+//! - `handle.rs`: [`TokenBucket`], the cheap-to-clone handle: what a user calls.
 //! - `future.rs`: [`Take`], [`TakeTimeout`], [`Wait`] and [`WaitTimeout`], the futures
-//!   of requests that must queue.
+//!   of requests that must queue, and [`Closed`], which waits for a close.
+//! - `shared.rs`: what the handle's clones and futures share, and the mechanism behind
+//!   them: the lock over the state, the fast path's word it seizes and hands back, and a
+//!   queued request's way through (begin, poll for the outcome, leave).
+//! - `refill.rs`: the refill task, which serves the queue when nobody else touches it,
+//!   knowing the bucket only through a small trait, `Served`.
 //! - `fast.rs`: the fast path, the whole state in one atomic word while nobody waits,
 //!   taken by compare-and-swap without the lock.
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
 //! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
 //!   that keeps each within its own.
-//! - `ledger.rs`: the exact token arithmetic, in integers.
-//! - `units.rs`: the same arithmetic in one word's units, for the fast path and for a
-//!   compact key of `Keyed`.
-//! - `queue.rs`: the FIFO queue of waiters and their wakers.
-//! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
-//!   when they can.
-//! - `refill.rs`: the refill task, which serves the queue when nobody else touches it.
 //! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
 //!   back.
-//! - `compact.rs`: a bucket nobody waits on as `Keyed` holds it, one plain word per key,
-//!   and how it unfolds into a bucket and folds back.
+//! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
+//!   when they can.
+//! - `queue.rs`: the FIFO queue of waiters and their wakers.
+//! - `units.rs`: the same arithmetic as `ledger.rs` in one word's units, for the fast path
+//!   and for a compact key of `Keyed`.
+//! - `ledger.rs`: the exact token arithmetic, in integers.
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
@@ -41,13 +45,14 @@ mod limits;
 mod outcomes;
 pub(crate) mod queue;
 pub(crate) mod refill;
+mod shared;
 pub(crate) mod state;
 mod stats;
 mod units;
 mod unseen;
 
 pub use builder::Builder;
-pub use future::{Take, TakeTimeout, Wait, WaitTimeout};
-pub(crate) use handle::HeldBucket;
-pub use handle::{Closed, TokenBucket};
+pub use future::{Closed, Take, TakeTimeout, Wait, WaitTimeout};
+pub use handle::TokenBucket;
+pub(crate) use shared::HeldBucket;
 pub use stats::{LimitStats, Stats};

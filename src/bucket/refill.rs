@@ -7,12 +7,15 @@
 //! [`Nudge`]. With nobody queued it sleeps on the nudge alone: an idle bucket costs no
 //! CPU. It holds the bucket only weakly, so it ends when the last handle is dropped,
 //! and it ends when the bucket is closed.
+//!
+//! It knows the bucket only as [`Served`]: serve what is due and say when to come back,
+//! and hear that the task was lost or failed.
 
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 
@@ -21,27 +24,77 @@ use futures::task::AtomicWaker;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::bucket::handle::Shared;
-use crate::bucket::state::State;
 use crate::error::TakeError;
+use crate::sync::AtomicBool;
 
-/// Makes sure a refill task runs for `shared` before a waiter queues on it, starting one
-/// on the current runtime if there is none (or its runtime shut down).
-pub(crate) fn ensure_running(shared: &Arc<Shared>, state: &mut State) -> Result<(), TakeError> {
+/// What the refill task asks of the bucket it serves, and all it knows of it.
+pub(crate) trait Served: Send + Sync + 'static {
+    /// The bucket's side of its refill task.
+    fn refill(&self) -> &Refill;
+
+    /// Serves what is due now and returns when something is next due (`Some(None)`: only
+    /// when nudged), or `None` once the bucket is closed and the task should end.
+    /// `wakers` is the task's own empty vector, lent so that serving reuses one
+    /// allocation.
+    fn serve_due(&self, wakers: &mut Vec<Waker>) -> Option<Option<Instant>>;
+
+    /// The task is gone (it ended, or a runtime shutting down dropped it): the waiters
+    /// already queued (from other runtimes) are woken, to start one themselves.
+    fn refill_lost(&self);
+
+    /// The task panicked: see [`TakeError::RefillFailed`].
+    fn refill_failed(&self);
+}
+
+/// The bucket's side of its refill task: whether one runs, and what nudges it.
+#[derive(Debug, Default)]
+pub(crate) struct Refill {
+    /// Whether a task is alive; an atomic so that its guard can clear it without the
+    /// bucket's lock.
+    running: AtomicBool,
+    nudge: Arc<Nudge>,
+}
+
+impl Refill {
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Nudges the task to plan again.
+    pub(crate) fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+}
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        // The task holds the bucket weakly: wake it so that it sees it is gone.
+        self.nudge.notify_one();
+    }
+}
+
+/// Makes sure a refill task serves `bucket` before a waiter queues on it, starting one
+/// on the current runtime if there is none (or its runtime shut down). The caller holds
+/// the bucket's lock; `started` runs under it when a task is started.
+pub(crate) fn ensure_running<B: Served>(
+    bucket: &Arc<B>,
+    started: impl FnOnce(),
+) -> Result<(), TakeError> {
+    let refill = bucket.refill();
     // Under loom there is no tokio runtime: the model's own threads serve the queue.
-    if cfg!(loom) || shared.refill_running.load(Ordering::Acquire) {
+    if cfg!(loom) || refill.is_running() {
         return Ok(());
     }
     let runtime = Handle::try_current().map_err(|_| TakeError::NoRuntime)?;
     // Set before spawning: a runtime that is shutting down drops the task inside
     // `spawn`, and its guard must be able to clear the flag again.
-    shared.refill_running.store(true, Ordering::Release);
-    state.refill_started();
-    let guard = RunningGuard(Arc::downgrade(shared));
+    refill.running.store(true, Ordering::Release);
+    started();
+    let guard = RunningGuard(Arc::downgrade(bucket));
     SPAWNING.with(|spawning| spawning.set(true));
-    runtime.spawn(supervise(guard, Arc::clone(&shared.refill_signal)));
+    runtime.spawn(supervise(guard, Arc::clone(&refill.nudge)));
     SPAWNING.with(|spawning| spawning.set(false));
-    if !shared.refill_running.load(Ordering::Acquire) {
+    if !refill.is_running() {
         // The runtime is shutting down and dropped the task at once.
         return Err(TakeError::NoRuntime);
     }
@@ -55,21 +108,18 @@ thread_local! {
 }
 
 /// Clears the bucket's "refill task running" flag when the task ends or is dropped by a
-/// runtime shutting down, so the next waiter starts a new one, and wakes the waiters
-/// already queued (from other runtimes) so they start one themselves.
-struct RunningGuard(Weak<Shared>);
+/// runtime shutting down, so the next waiter starts a new one, and tells the bucket.
+struct RunningGuard<B: Served>(Weak<B>);
 
-impl Drop for RunningGuard {
+impl<B: Served> Drop for RunningGuard<B> {
     fn drop(&mut self) {
-        let Some(shared) = self.0.upgrade() else {
+        let Some(bucket) = self.0.upgrade() else {
             return;
         };
-        shared.refill_running.store(false, Ordering::Release);
+        bucket.refill().running.store(false, Ordering::Release);
         // Inside `spawn` the spawner holds the lock, and its waiter is not queued yet.
         if !SPAWNING.with(Cell::get) {
-            let mut state = shared.lock(shared.clock.now());
-            state.refill_lost();
-            shared.unlock_and_wake(state, Vec::new());
+            bucket.refill_lost();
         }
     }
 }
@@ -78,16 +128,16 @@ impl Drop for RunningGuard {
 /// [`TakeError::RefillFailed`]: started again by the next waiter, the task could panic
 /// again for ever. The guard outlives the task, so that nobody starts another before the
 /// waiters are told.
-async fn supervise(guard: RunningGuard, signal: Arc<Nudge>) {
+async fn supervise<B: Served>(guard: RunningGuard<B>, signal: Arc<Nudge>) {
     let task = AssertUnwindSafe(run(&guard.0, signal));
     if task.catch_unwind().await.is_err() {
-        if let Some(shared) = guard.0.upgrade() {
-            shared.fail_refill();
+        if let Some(bucket) = guard.0.upgrade() {
+            bucket.refill_failed();
         }
     }
 }
 
-async fn run(bucket: &Weak<Shared>, signal: Arc<Nudge>) {
+async fn run<B: Served>(bucket: &Weak<B>, signal: Arc<Nudge>) {
     let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
     let mut wakers = Vec::new();
     loop {
@@ -118,14 +168,14 @@ async fn run(bucket: &Weak<Shared>, signal: Arc<Nudge>) {
 /// Plain atomics even under loom: there the refill task never runs (see
 /// [`ensure_running`]), so nobody waits on a nudge.
 #[derive(Debug, Default)]
-pub(crate) struct Nudge {
-    nudged: AtomicBool,
+struct Nudge {
+    nudged: std::sync::atomic::AtomicBool,
     waker: AtomicWaker,
 }
 
 impl Nudge {
     /// Nudges the task: wakes it if it waits, or makes its next wait end at once.
-    pub(crate) fn notify_one(&self) {
+    fn notify_one(&self) {
         self.nudged.store(true, Ordering::Release);
         self.waker.wake();
     }
@@ -142,67 +192,11 @@ impl Nudge {
     }
 }
 
-/// Serves the queue now and returns when to wake next (`Some(None)`: only when nudged),
-/// or `None` when the task should end.
-/// `wakers` is the task's own empty vector, lent to the state so that serving reuses one
-/// allocation.
-pub(crate) fn serve_and_plan(
-    bucket: &Weak<Shared>,
+/// Serves `bucket` now, if it is still there, and returns when to wake next
+/// (`Some(None)`: only when nudged), or `None` when the task should end.
+pub(crate) fn serve_and_plan<B: Served>(
+    bucket: &Weak<B>,
     wakers: &mut Vec<Waker>,
 ) -> Option<Option<Instant>> {
-    let shared = bucket.upgrade()?;
-    let now = shared.clock.now();
-    let mut state = shared.lock(now);
-    #[cfg(all(test, not(loom)))]
-    if shared.panic_in_refill.load(Ordering::Relaxed) {
-        panic!("a panic in the refill task, made by a test");
-    }
-    if state.is_closed() {
-        return None;
-    }
-    let due = state.serve_and_plan_refill(now);
-    *wakers = shared.unlock_and_wake(state, std::mem::take(wakers));
-    Some(shared.clock.instant(due))
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use std::time::Duration;
-
-    use crate::{Rate, TakeError, TokenBucket, TryTakeError};
-
-    /// On a real clock, so that a task restarted for ever (which never lets paused time
-    /// move) fails the timeout instead of hanging the test.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_refill_task_that_panics_closes_the_bucket_and_tells_its_waiters() {
-        let bucket = TokenBucket::builder()
-            .rate(Rate::per_second(1))
-            .capacity(1)
-            .initial(0)
-            .build()
-            .unwrap();
-        bucket
-            .shared()
-            .panic_in_refill
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let waiter = tokio::spawn({
-            let bucket = bucket.clone();
-            async move { bucket.take(1).await }
-        });
-        let told = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the waiter is told, not left hanging")
-            .unwrap();
-        assert_eq!(told, Err(TakeError::RefillFailed));
-        assert!(bucket.is_closed());
-        // Nobody starts the task again: later requests are refused at once.
-        assert_eq!(bucket.take(1).await, Err(TakeError::Closed));
-        assert_eq!(bucket.try_take(1), Err(TryTakeError::Closed));
-        tokio::task::yield_now().await;
-        assert!(!bucket
-            .shared()
-            .refill_running
-            .load(std::sync::atomic::Ordering::Acquire));
-        assert_eq!(bucket.stats().queued, 0);
-    }
+    bucket.upgrade()?.serve_due(wakers)
 }

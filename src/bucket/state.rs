@@ -45,6 +45,17 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// One limit of `rate` and `capacity`, starting full.
+    pub(crate) fn one_limit(rate: Rate, capacity: u64, queue_limit: Option<u64>) -> Settings {
+        Settings {
+            rate,
+            capacity,
+            more: Vec::new(),
+            initial: None,
+            queue_limit,
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let limits =
             || std::iter::once((self.rate, self.capacity)).chain(self.more.iter().copied());
@@ -156,9 +167,8 @@ pub(crate) struct State {
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
     /// Waiters whose outcomes were decided, to wake once the lock is released (see
-    /// [`Shared::unlock_and_wake`](crate::bucket::handle::Shared::unlock_and_wake)):
-    /// waking may wake a sleeping worker thread, and that system call should not hold up
-    /// everyone else waiting for the lock.
+    /// `Shared::unlock_and_wake` in `shared.rs`): waking may wake a sleeping worker
+    /// thread, and that system call should not hold up everyone else waiting for the lock.
     wakers: Vec<Waker>,
     /// The outcomes of waiters that have left the queue, until they read them.
     outcomes: Outcomes,
@@ -423,10 +433,12 @@ impl State {
         self.serve(now);
     }
 
-    /// The tokens or the rate changed other than by time: a hold at the head may be
-    /// ready sooner than its composite planned, so it is woken again.
-    fn hold_changed(&mut self) {
+    /// The tokens, the rate or a capacity changed other than by time: serves whoever
+    /// that completes as of `now`, and wakes a hold at the head again, as it may be ready
+    /// sooner than its composite planned.
+    fn changed_at(&mut self, now: u64) {
         self.hold_woken = None;
+        self.serve(now);
     }
 
     /// Wakes the hold at the head, once.
@@ -534,13 +546,17 @@ impl State {
         !self.wakers.is_empty()
     }
 
+    /// Adds refunded tokens to every limit, never above its capacity, and serves whoever
+    /// they complete. Capping here is right even with waiters queued: the ledgers are
+    /// already at `now`, and a refund never makes a burst larger than a capacity.
     pub(crate) fn refund(&mut self, tokens: u64, now: u64) {
         let now = self.serve(now);
         if self.closed {
             return;
         }
         self.tally.add_refunded(tokens);
-        self.put_back(tokens, now);
+        self.limits.refund(tokens);
+        self.changed_at(now);
     }
 
     /// Undoes waiter `id`'s grant, which nobody saw, as if it had never been made (see
@@ -550,7 +566,7 @@ impl State {
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
         self.tally.remove_taken(request.consumes());
         if self.limits.give_back_unseen(id) {
-            self.serve(now);
+            self.changed_at(now);
         }
     }
 
@@ -559,15 +575,6 @@ impl State {
         if tokens > 0 {
             self.limits.note_headroom();
         }
-    }
-
-    /// Adds refunded tokens to every limit, never above its capacity, and serves whoever
-    /// they complete. Capping here is right even with waiters queued: the ledgers are
-    /// already at `now`, and a refund never makes a burst larger than a capacity.
-    fn put_back(&mut self, tokens: u64, now: u64) {
-        self.limits.refund(tokens);
-        self.hold_changed();
-        self.serve(now);
     }
 
     /// The refill task died with its runtime: every waiter keeps its place and is woken,
@@ -599,7 +606,7 @@ impl State {
         self.serve(now);
         self.limits.note_headroom();
         self.limits.set_rate(index, rate);
-        self.hold_changed();
+        self.changed_at(now);
         Ok(())
     }
 
@@ -634,9 +641,8 @@ impl State {
             },
         );
         self.limits.set_capacity(index, capacity);
-        self.hold_changed();
         // A waiter that left may have held smaller ones back.
-        self.serve(now);
+        self.changed_at(now);
     }
 
     /// Closes for good. Waiters whose tokens accrued before now are granted first: they

@@ -27,12 +27,12 @@
 //! # Knowing when nobody is unseen
 //!
 //! Every take must come to the lock while a grant is unseen, so the fast path's word
-//! stays seized ([`State::idle_ledger`](crate::bucket::state::State::idle_ledger) says
-//! so). [`Unseen`] counts the grants delivered and not yet read: the lock's holder adds
-//! what it decided when it releases the lock, a waiter takes one off when it reads its
-//! grant, with one atomic operation. When the count reaches zero the record is dropped
-//! and the word handed back; the waiter that brings it to zero takes the lock for that,
-//! unless someone is queued (whoever serves the queue then does it).
+//! stays seized (`State::idle_limit` says so). [`Unseen`] counts the grants delivered
+//! and not yet read: the lock's holder adds what it decided when it releases the lock,
+//! a waiter takes one off when it reads its grant, with one atomic operation. When the
+//! count reaches zero the record is dropped and the word handed back; the waiter that
+//! brings it to zero takes the lock for that, unless someone is queued (whoever serves
+//! the queue then does it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
@@ -40,10 +40,10 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire};
 use crate::bucket::queue::WaiterId;
 use crate::sync::AtomicU64;
 
-/// The most grants recorded at once. A grant unseen while more than this many are made
-/// after it is forgotten: dropped later, it gives nothing back (never too much). It
-/// bounds the record at 32 KiB while one waiter sits on its grant for a long time.
-const MOST_RECORDED: usize = 1024;
+/// How many later grants a recorded one outlives. A grant unseen while more than this many
+/// are made after it is forgotten: dropped later, it gives nothing back (never too much).
+/// The record holds one more at most (about 32 KiB) while a waiter sits on its grant.
+const LATER_KEPT: usize = 1024;
 
 /// Grants whose room the record keeps allocated once none is unseen.
 const KEPT_ALLOCATION: usize = 64;
@@ -145,12 +145,16 @@ impl Grants {
             self.active = true;
             self.before = 0;
         }
-        if self.recorded.len() == MOST_RECORDED {
-            // The oldest is forgotten: what is recorded after it now counts for those
-            // before it. Before the push, so that the buffer never grows past the bound.
+        if self.recorded.len() > LATER_KEPT {
+            // The oldest, with `LATER_KEPT` grants after it, is forgotten: what is recorded
+            // after it now counts for those before it. Before the push, so that the buffer
+            // never grows past the bound.
             if let Some(oldest) = self.recorded.pop_front() {
                 self.before = self.before.min(oldest.after);
             }
+        } else if self.recorded.len() == LATER_KEPT {
+            // Room for the one more the bound allows, where growing would double it.
+            self.recorded.reserve_exact(1);
         }
         self.recorded.push_back(Recorded {
             id,
@@ -280,18 +284,17 @@ mod tests {
     #[test]
     fn forgotten_grants_give_back_nothing_and_memory_stays_bounded() {
         let mut grants = Grants::default();
-        for id in 0..3 * MOST_RECORDED as u64 {
+        let made = 3 * LATER_KEPT as u64;
+        for id in 0..made {
             grants.record(4);
             grants.granted(id, 1);
         }
-        assert_eq!(grants.recorded.len(), MOST_RECORDED);
+        assert_eq!(grants.recorded.len(), LATER_KEPT + 1);
         // The buffer never doubled past the bound (it did when it pushed before popping).
-        assert!(grants.recorded.capacity() < 2 * MOST_RECORDED);
-        assert_eq!(grants.give_back(0, 10, PERIOD), None);
-        assert_eq!(
-            grants.give_back(3 * MOST_RECORDED as u64 - 1, 10, PERIOD),
-            Some(1)
-        );
+        assert!(grants.recorded.capacity() < 2 * LATER_KEPT);
+        let oldest_kept = made - 1 - LATER_KEPT as u64;
+        assert_eq!(grants.give_back(oldest_kept - 1, 10, PERIOD), None);
+        assert_eq!(grants.give_back(oldest_kept, 10, PERIOD), Some(1));
     }
 
     #[test]

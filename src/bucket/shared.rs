@@ -1,0 +1,499 @@
+//! [`Shared`], what every clone of a bucket's handle points to, and the mechanism behind
+//! the handle: the lock over the state (see `state.rs`), the fast path's word it seizes
+//! and hands back (see `fast.rs`), and a queued request's way through the bucket (it
+//! begins, polls for its outcome, or leaves). The handle (`handle.rs`) and the futures
+//! (`future.rs`) stand on it; the refill task (`refill.rs`) knows it only as [`Served`].
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use futures::channel::oneshot as signal;
+use futures::future::{FutureExt, Shared as SharedFuture};
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::bucket::fast::FastPath;
+use crate::bucket::ledger::Ledger;
+use crate::bucket::outcomes::{Published, Read};
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
+use crate::bucket::refill::{self, Refill, Served};
+use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::unseen::Unseen;
+use crate::clock::{self, Clock, Moment, NEVER};
+use crate::error::TakeError;
+use crate::observe::Observer;
+use crate::sync::{AtomicBool, AtomicU64, Identity, Mutex, MutexGuard};
+
+/// What every clone of a [`TokenBucket`](crate::TokenBucket), its futures and (weakly)
+/// its refill task point to.
+pub(crate) struct Shared {
+    /// The state while nobody waits, taken without the lock; see `fast.rs`.
+    pub(crate) fast: FastPath,
+    /// What it reports through, if it was named (see `observe/`): beside the word, which
+    /// every `try_take` reads too.
+    pub(crate) observer: Observer,
+    /// Its place in the crate's lock order: see `sync/mod.rs`.
+    state: Mutex<State>,
+    /// Grants delivered to waiters and not yet read; see `unseen.rs`.
+    unseen: Unseen,
+    /// The outcomes decided for waiters, as they read them without the lock; see
+    /// `outcomes.rs`.
+    published: Published,
+    pub(crate) clock: Clock,
+    refill: Refill,
+    /// Copies of settings that adapters read on every item, kept outside the lock so that
+    /// reading them costs no lock. The state behind the lock stays the authority: these
+    /// are written under it, after it.
+    pub(crate) closed: AtomicBool,
+    /// The smallest capacity, over every limit.
+    pub(crate) capacity: AtomicU64,
+    pub(crate) queue_limit: Option<u64>,
+    /// How many limits the bucket has; fixed when it is made.
+    pub(crate) limits: usize,
+    /// What every `Closed` waits on, made by the first that is asked for: most buckets
+    /// (a per-key one, say) are never watched and so never pay its allocations.
+    close_watch: Mutex<CloseWatch>,
+    /// Orders the bucket among a composite's members.
+    pub(crate) identity: Identity,
+    /// Makes the refill task panic, to test what a panic there does.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) panic_in_refill: std::sync::atomic::AtomicBool,
+}
+
+/// What a `Closed` waits on: a shared oneshot rather than a `Notify`, since its clones are
+/// `'static` and `Unpin` without boxing, and once fired it stays fired, so no wake-up can
+/// be lost. Dropping the bucket drops the sender, which fires it too.
+pub(crate) type CloseSignal = SharedFuture<signal::Receiver<()>>;
+
+/// The signal a close fires, if anyone watches for it.
+enum CloseWatch {
+    Unwatched,
+    Watched {
+        sender: signal::Sender<()>,
+        signal: CloseSignal,
+    },
+    Fired,
+}
+
+/// The state, held: the fast path's word is seized while it is held, and handed the
+/// state back when it is released with nobody waiting.
+pub(crate) struct Locked<'a> {
+    fast: &'a FastPath,
+    unseen: &'a Unseen,
+    published: &'a Published,
+    state: MutexGuard<'a, State>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        debug_assert!(
+            !self.state.has_wakers(),
+            "waiters told their outcomes must be woken once the lock is released"
+        );
+        self.state.flush_tally(&self.fast.counters);
+        self.state.publish_outcomes(self.published);
+        self.state.settle_unseen(self.unseen);
+        if let Some(limit) = self.state.idle_limit() {
+            self.fast.publish(&limit.ledger, limit.rate, limit.capacity);
+        }
+    }
+}
+
+/// A decision of [`Shared::begin`], made under the bucket's lock.
+enum Begun {
+    Granted,
+    Queued(WaiterId),
+    /// It must wait in a runtime whose timer is not checked yet: check, then decide again.
+    MustCheckTimer,
+}
+
+impl Shared {
+    /// A bucket of checked `settings` on `clock`, reporting through `observer`, whose one
+    /// limit holds `ledger` if given (as a compact key of `Keyed` hands its state over),
+    /// else starts as `settings` say.
+    pub(crate) fn new(
+        settings: &Settings,
+        clock: Clock,
+        ledger: Option<Ledger>,
+        observer: Observer,
+    ) -> Shared {
+        let mut state = State::new(settings, clock.now());
+        if let Some(ledger) = ledger {
+            state.adopt(ledger);
+        }
+        let fast = match state.idle_limit() {
+            Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
+            None => FastPath::seized(),
+        };
+        Shared {
+            fast,
+            observer,
+            capacity: AtomicU64::new(state.capacity()),
+            state: Mutex::new(state),
+            unseen: Unseen::new(),
+            published: Published::new(),
+            clock,
+            refill: Refill::default(),
+            closed: AtomicBool::new(false),
+            queue_limit: settings.queue_limit,
+            limits: 1 + settings.more.len(),
+            close_watch: Mutex::new(CloseWatch::Unwatched),
+            identity: Identity::new(),
+            #[cfg(all(test, not(loom)))]
+            panic_in_refill: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The state, as of `now` at the earliest. Nothing panics while holding the lock
+    /// but a waiter's timer check, before anything was decided (see `begin_locked`),
+    /// so the state is consistent even when poisoned, and poisoning is ignored.
+    #[inline]
+    pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A bucket of several limits never hands the word its state: nothing to seize.
+        if self.limits == 1 {
+            if let Some(ledger) = self.fast.seize(now, state.rate()) {
+                state.adopt(ledger);
+            }
+        }
+        state.forget_seen(&self.unseen);
+        Locked {
+            fast: &self.fast,
+            unseen: &self.unseen,
+            published: &self.published,
+            state,
+        }
+    }
+
+    /// Runs `change` on the state at `now`, then releases it as [`release`](Shared::release)
+    /// says.
+    pub(crate) fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
+        let mut state = self.lock(now);
+        let result = change(&mut state, now);
+        self.release(state);
+        result
+    }
+
+    /// Releases the state after a change: nudges the refill task if the change made
+    /// something due sooner than it planned for (or closed the bucket), and wakes the
+    /// waiters whose outcomes it decided once the lock is released.
+    fn release(&self, mut state: Locked<'_>) {
+        if state.refill_needs_nudge() {
+            self.refill.nudge();
+        }
+        if state.has_wakers() {
+            self.unlock_and_wake(state, Vec::new());
+        }
+    }
+
+    /// Releases the lock, then wakes the waiters whose outcomes were decided under it.
+    /// Returns the emptied vector, so that a caller that serves often (the refill task)
+    /// reuses its capacity.
+    fn unlock_and_wake<'a>(&'a self, mut state: Locked<'a>, mut wakers: Vec<Waker>) -> Vec<Waker> {
+        state.swap_wakers(&mut wakers);
+        drop(state);
+        wakers.drain(..).for_each(Waker::wake);
+        wakers
+    }
+
+    /// Closes the bucket: the flag first, so that a waiter woken on another thread finds
+    /// `is_closed()` true, then the state (with `close`, which tells the waiters), then
+    /// whoever watches for the close.
+    pub(crate) fn close(&self, close: impl FnOnce(&mut State, u64)) {
+        self.update(self.clock.now(), |state, now| {
+            self.closed.store(true, Ordering::Release);
+            close(state, now);
+        });
+        let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
+        if let CloseWatch::Watched { sender, .. } = watch {
+            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
+            let _ = sender.send(());
+        }
+    }
+
+    /// What a `Closed` waits on; `None` once the bucket closed.
+    pub(crate) fn close_signal(&self) -> Option<CloseSignal> {
+        let mut watch = self.close_watch();
+        match &*watch {
+            CloseWatch::Fired => None,
+            CloseWatch::Watched { signal, .. } => Some(signal.clone()),
+            CloseWatch::Unwatched => {
+                let (sender, receiver) = signal::channel();
+                let signal = receiver.shared();
+                *watch = CloseWatch::Watched {
+                    sender,
+                    signal: signal.clone(),
+                };
+                Some(signal)
+            }
+        }
+    }
+
+    fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
+        // Nothing panics while holding it either.
+        self.close_watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state as of `moment`, held for a composite until the guard is dropped.
+    pub(crate) fn hold(self: &Arc<Self>, moment: Moment) -> HeldBucket<'_> {
+        HeldBucket {
+            shared: self,
+            state: Some(self.lock(self.clock.at(moment))),
+        }
+    }
+
+    /// Makes sure a refill task serves those queued on `state` (see `refill.rs`).
+    fn ensure_refill(self: &Arc<Self>, state: &mut State) -> Result<(), TakeError> {
+        refill::ensure_running(self, || state.refill_started())
+    }
+
+    /// A request's first poll: `Ok(None)` when served at once, `Ok(Some(id))` when queued,
+    /// to be woken through `waker` once its outcome is decided.
+    ///
+    /// # Panics
+    ///
+    /// When the request must wait inside a tokio runtime without a timer (see
+    /// [`clock::require_timer`]).
+    #[inline]
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        request: Request,
+        waker: &Waker,
+    ) -> Result<Option<WaiterId>, TakeError> {
+        let now = self.clock.now();
+        let served_now = match request.kind {
+            Kind::Take => self.fast.take_now(request.tokens, now),
+            Kind::Wait => self.fast.holds(request.tokens, now),
+            // A composite's hold is joined under the lock (see `composite/`), never here.
+            Kind::Hold => false,
+        };
+        if served_now {
+            return Ok(None);
+        }
+        self.begin_locked(request, waker, now)
+    }
+
+    /// `begin` when the word sends the request to the lock: to be served, refused or
+    /// queued there. Out of line, as `try_take_locked` is.
+    #[inline(never)]
+    fn begin_locked(
+        self: &Arc<Self>,
+        request: Request,
+        waker: &Waker,
+        now: u64,
+    ) -> Result<Option<WaiterId>, TakeError> {
+        // The instant the fast path was asked at, also after the timer check: reading the
+        // clock again (it costs a quarter of what queueing a waiter does) would change
+        // nothing but the cost.
+        let mut timer_checked = false;
+        loop {
+            let begun = self.update(now, |state, now| {
+                if state.admit(request, now)? == Admission::Granted {
+                    return Ok(Begun::Granted);
+                }
+                let in_runtime = Handle::try_current().is_ok();
+                // A deadline needs the runtime's timer, even when a refill task already
+                // runs (started from another runtime).
+                if request.deadline != NEVER && !in_runtime {
+                    return Err(TakeError::NoRuntime);
+                }
+                if in_runtime && !timer_checked {
+                    if state.has_wakers() {
+                        // Serving decided others' outcomes: panicking under the lock
+                        // would lose them.
+                        return Ok(Begun::MustCheckTimer);
+                    }
+                    // Nothing was decided yet, so a panic here leaves the state as it
+                    // was; checking outside the lock would cost a second round.
+                    clock::require_timer_in_runtime();
+                }
+                self.ensure_refill(state)?;
+                Ok(Begun::Queued(state.enqueue(request, waker.clone())))
+            })?;
+            match begun {
+                Begun::Granted => return Ok(None),
+                Begun::Queued(id) => return Ok(Some(id)),
+                Begun::MustCheckTimer => {
+                    // Outside the lock: a panic under it would drop the outcomes due to
+                    // other waiters. Then decide again, as the bucket may have moved on.
+                    clock::require_timer();
+                    timer_checked = true;
+                }
+            }
+        }
+    }
+
+    /// Called by a queued waiter that is still pending: if the refill task died with its
+    /// runtime, start a new one here, so a waiter carried into another runtime is served.
+    ///
+    /// # Panics
+    ///
+    /// When the task must be started here and this runtime has no timer: it would panic
+    /// on its first sleep, be started again by this waiter, and so on for ever.
+    fn keep_serving(self: &Arc<Self>) {
+        if self.refill.is_running() {
+            return;
+        }
+        clock::require_timer();
+        let mut state = self.lock(self.clock.now());
+        // Outside any runtime there is nobody to start it; the next poll inside one will.
+        let _ = self.ensure_refill(&mut state);
+    }
+
+    /// A queued waiter read its grant: if it was the last one unseen and nobody is
+    /// queued, the lock is taken and released so that the fast path gets the word back.
+    pub(crate) fn acknowledge_grant(&self) {
+        if self.unseen.acknowledge() {
+            drop(self.lock(self.clock.now()));
+        }
+    }
+
+    /// Polls queued waiter `id` for its outcome. `registered` is the waker this future
+    /// last registered in its queue entry, if any: a poll by the same task finds out that
+    /// it is still queued without the lock.
+    #[inline]
+    pub(crate) fn poll_outcome(
+        self: &Arc<Self>,
+        id: WaiterId,
+        registered: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Outcome> {
+        match self.published.read(id) {
+            Read::Granted => return Poll::Ready(Outcome::Granted),
+            Read::Queued
+                if registered
+                    .as_ref()
+                    .is_some_and(|waker| waker.will_wake(cx.waker())) =>
+            {
+                self.keep_serving();
+                return Poll::Pending;
+            }
+            Read::Queued | Read::Unknown => {}
+        }
+        self.poll_outcome_locked(id, registered, cx)
+    }
+
+    /// `poll_outcome` when the outcome is not a grant, or the waker must be registered.
+    #[inline(never)]
+    fn poll_outcome_locked(
+        self: &Arc<Self>,
+        id: WaiterId,
+        registered: &mut Option<Waker>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Outcome> {
+        let decided = self.lock(self.clock.now()).poll_outcome(id, cx.waker());
+        if let Some(outcome) = decided {
+            return Poll::Ready(outcome);
+        }
+        *registered = Some(cx.waker().clone());
+        // The refill task may have died with its runtime (which woke us): start another.
+        self.keep_serving();
+        Poll::Pending
+    }
+
+    /// A queued request leaves early; see [`State::leave`].
+    pub(crate) fn leave(&self, id: WaiterId, request: Request, why: Leaving) -> Option<Outcome> {
+        self.update(self.clock.now(), |state, now| {
+            state.leave(id, request, why, now)
+        })
+    }
+}
+
+impl Served for Shared {
+    fn refill(&self) -> &Refill {
+        &self.refill
+    }
+
+    fn serve_due(&self, wakers: &mut Vec<Waker>) -> Option<Option<Instant>> {
+        let now = self.clock.now();
+        let mut state = self.lock(now);
+        #[cfg(all(test, not(loom)))]
+        if self.panic_in_refill.load(Ordering::Relaxed) {
+            panic!("a panic in the refill task, made by a test");
+        }
+        if state.is_closed() {
+            return None;
+        }
+        let due = state.serve_and_plan_refill(now);
+        *wakers = self.unlock_and_wake(state, std::mem::take(wakers));
+        Some(self.clock.instant(due))
+    }
+
+    fn refill_lost(&self) {
+        let mut state = self.lock(self.clock.now());
+        state.refill_lost();
+        self.unlock_and_wake(state, Vec::new());
+    }
+
+    fn refill_failed(&self) {
+        self.observer.refill_failed();
+        self.close(|state, _| state.fail());
+    }
+}
+
+/// A bucket's state held by a composite (see `composite/`) while it decides over all its
+/// members. Released, it nudges the refill task if something became due sooner, then
+/// wakes the waiters decided under it, as every other change does.
+pub(crate) struct HeldBucket<'a> {
+    shared: &'a Arc<Shared>,
+    state: Option<Locked<'a>>,
+}
+
+impl HeldBucket<'_> {
+    /// What the bucket reports through (see `observe/`): a composite reports what it
+    /// decides for a named member.
+    pub(crate) fn observer(&self) -> &Observer {
+        &self.shared.observer
+    }
+
+    /// `moment` on this bucket's clock.
+    pub(crate) fn clock_at(&self, moment: Moment) -> u64 {
+        self.shared.clock.at(moment)
+    }
+
+    /// Makes sure a refill task serves those behind a hold once it leaves.
+    pub(crate) fn ensure_refill(&mut self) -> Result<(), TakeError> {
+        let shared = self.shared;
+        shared.ensure_refill(self)
+    }
+}
+
+impl Deref for HeldBucket<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        self.state.as_ref().expect("held until dropped")
+    }
+}
+
+impl DerefMut for HeldBucket<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.state.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for HeldBucket<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.shared.release(state);
+        }
+    }
+}
