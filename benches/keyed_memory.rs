@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use governor::{DefaultKeyedRateLimiter, Quota};
-use token_bucket::{FixedWindow, Keyed, Limiter, Rate, SlidingLog, TokenBucket};
+use token_bucket::{FixedWindow, KeyTemplate, Keyed, Rate, SlidingLog, TokenBucket};
 
 #[path = "support/governor_on_tokio.rs"]
 mod governor_on_tokio;
@@ -176,7 +176,7 @@ fn hold_a_million(case: &str, use_key: impl Fn(u64), held: impl Fn() -> usize) {
 }
 
 /// `hold_a_million` with ours.
-fn hold_a_million_keys<L: Limiter>(case: &str, template: L) {
+fn hold_a_million_keys<L: KeyTemplate>(case: &str, template: L) {
     let keyed: Keyed<u64, L> = Keyed::new(template);
     hold_a_million(
         case,

@@ -188,7 +188,7 @@ pub use error::{
     TryTakeError,
 };
 pub use keyed::{KeyMember, Keyed, KeyedBuilder};
-pub use limiter::Limiter;
+pub use limiter::{KeyTemplate, Limiter};
 pub use quota::{Decision, Policy, Quota};
 pub use rate::{ParseRateError, Rate};
 pub use window::{FixedWindow, SlidingLog, SlidingWindow};

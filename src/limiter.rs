@@ -1,4 +1,5 @@
-//! The trait every limiter in the crate implements, so code can take any of them.
+//! The traits every limiter of the crate implements: [`Limiter`], so code can take any of
+//! them, and [`KeyTemplate`], what [`Keyed`](crate::Keyed) needs of its template.
 
 use std::future::Future;
 
@@ -122,18 +123,6 @@ pub trait Limiter: Send + Sync + 'static {
     /// How many permits `try_acquire` could take now if nobody waited.
     fn available(&self) -> u64;
 
-    /// Whether the limiter is back at its idle state, with nobody waiting: a
-    /// [`fresh`](Limiter::fresh) one would behave exactly the same from now on, so
-    /// [`Keyed`](crate::Keyed) may forget it.
-    fn is_idle(&self) -> bool;
-
-    /// A new limiter with the same settings, in the idle state (a full bucket, empty
-    /// windows). A window limiter's copy keeps the template's window (or slot)
-    /// boundaries, so every copy of one template behaves the same once idle.
-    fn fresh(&self) -> Self
-    where
-        Self: Sized;
-
     /// The limiter's budget as permits per window, for the `RateLimit-Policy` header
     /// field (see [`Policy`]). `None` unless the limiter reports one: every limiter of
     /// this crate does; a limiter of your own may.
@@ -165,6 +154,61 @@ pub trait Limiter: Send + Sync + 'static {
             quota: self.quota(),
         }
     }
+}
+
+/// A [`Limiter`] that [`Keyed`](crate::Keyed) can keep one of per key: it makes fresh
+/// copies of its template, and forgets a key whose limiter is idle again.
+///
+/// Every limiter of this crate implements it. A limiter of your own needs it only to be
+/// a `Keyed`'s template; [`Limiter`] alone serves everywhere else.
+///
+/// # Examples
+///
+/// ```
+/// use token_bucket::{
+///     AcquireError, KeyTemplate, Keyed, Limiter, Rate, TokenBucket, TryAcquireError,
+/// };
+///
+/// /// A bucket that logs every refusal.
+/// struct Logged(TokenBucket);
+///
+/// impl Limiter for Logged {
+///     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
+///         let result = self.0.try_acquire(permits);
+///         if let Err(refusal) = &result {
+///             eprintln!("refused {permits}: {refusal}");
+///         }
+///         result
+///     }
+///     async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
+///         self.0.acquire(permits).await
+///     }
+///     fn is_limited(&self) -> bool { self.0.is_limited() }
+///     fn refund(&self, permits: u64) { self.0.refund(permits) }
+///     fn available(&self) -> u64 { self.0.available() }
+/// }
+///
+/// impl KeyTemplate for Logged {
+///     fn is_idle(&self) -> bool { self.0.is_idle() }
+///     fn fresh(&self) -> Logged { Logged(self.0.fresh()) }
+/// }
+///
+/// let per_user: Keyed<u32, Logged> =
+///     Keyed::new(Logged(TokenBucket::new(Rate::per_second(1), 2)?));
+/// per_user.try_acquire(&7, 2)?;
+/// assert!(per_user.try_acquire(&7, 1).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait KeyTemplate: Limiter {
+    /// Whether the limiter is back at its idle state, with nobody waiting: a
+    /// [`fresh`](KeyTemplate::fresh) one would behave exactly the same from now on, so
+    /// [`Keyed`](crate::Keyed) may forget it.
+    fn is_idle(&self) -> bool;
+
+    /// A new limiter with the same settings, in the idle state (a full bucket, empty
+    /// windows). A window limiter's copy keeps the template's window (or slot)
+    /// boundaries, so every copy of one template behaves the same once idle.
+    fn fresh(&self) -> Self;
 }
 
 /// A bucket's `try_take` refusal, as [`Limiter::try_acquire`] says it.
@@ -219,21 +263,6 @@ impl Limiter for TokenBucket {
 
     fn available(&self) -> u64 {
         TokenBucket::available(self)
-    }
-
-    fn is_idle(&self) -> bool {
-        let stats = self.stats();
-        // With several limits `available` is the least and `capacity` the smallest: every
-        // limit must be full, or forgetting the key would refill a larger one.
-        let full = stats.available == stats.capacity
-            && (self.limit_count() == 1
-                || (self.limit_stats().iter()).all(|limit| limit.available == limit.capacity));
-        // A closed bucket stays closed: forgetting it would reopen the key.
-        !stats.closed && stats.queued == 0 && full
-    }
-
-    fn fresh(&self) -> TokenBucket {
-        self.fresh_full()
     }
 
     /// The first limit's capacity per the time its rate takes to fill it from empty,
@@ -314,5 +343,22 @@ impl Limiter for TokenBucket {
             result: result.map_err(try_acquire_error),
             quota: Some(quota),
         }
+    }
+}
+
+impl KeyTemplate for TokenBucket {
+    fn is_idle(&self) -> bool {
+        let stats = self.stats();
+        // With several limits `available` is the least and `capacity` the smallest: every
+        // limit must be full, or forgetting the key would refill a larger one.
+        let full = stats.available == stats.capacity
+            && (self.limit_count() == 1
+                || (self.limit_stats().iter()).all(|limit| limit.available == limit.capacity));
+        // A closed bucket stays closed: forgetting it would reopen the key.
+        !stats.closed && stats.queued == 0 && full
+    }
+
+    fn fresh(&self) -> TokenBucket {
+        self.fresh_full()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{assert_at, limiters, ms, secs, yield_until};
-use token_bucket::{AcquireError, ConfigError, FixedWindow, Limiter, TryAcquireError};
+use token_bucket::{AcquireError, ConfigError, FixedWindow, KeyTemplate, Limiter, TryAcquireError};
 use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
 

@@ -14,7 +14,9 @@ use std::time::Duration;
 mod common;
 
 use common::{assert_now, ms, secs, yield_until};
-use token_bucket::{AcquireError, ConfigError, Keyed, Limiter, Rate, TokenBucket, TryAcquireError};
+use token_bucket::{
+    AcquireError, ConfigError, KeyTemplate, Keyed, Limiter, Rate, TokenBucket, TryAcquireError,
+};
 use tokio::time::{advance, Instant};
 
 fn bucket(rate: Rate, capacity: u64) -> TokenBucket {
@@ -248,7 +250,9 @@ impl Limiter for CountingIdleChecks {
     fn available(&self) -> u64 {
         Limiter::available(&self.bucket)
     }
+}
 
+impl KeyTemplate for CountingIdleChecks {
     fn is_idle(&self) -> bool {
         self.idle_checks.fetch_add(1, Ordering::Relaxed);
         self.bucket.is_idle()
@@ -478,7 +482,7 @@ const THREADS: usize = 4;
 fn race<K, L>(keyed: &Keyed<K, L>, work: impl Fn(usize) + Sync) -> usize
 where
     K: std::hash::Hash + Eq + Send + 'static,
-    L: Limiter,
+    L: KeyTemplate,
 {
     let barrier = Barrier::new(THREADS + 1);
     let done = AtomicBool::new(false);

@@ -30,8 +30,8 @@ use common::model::{Kind, Model, ModelRate, Setup, Status, TryTakeRefusal, NO_DE
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{
-    AcquireError, FixedWindow, Keyed, Limiter, TakeError, TokenBucket, TryAcquireError,
-    TryTakeError,
+    AcquireError, FixedWindow, KeyTemplate, Keyed, Limiter, TakeError, TokenBucket,
+    TryAcquireError, TryTakeError,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -179,7 +179,7 @@ impl Forms {
 
     /// Looks at every key once the tasks have caught up: one whose line is empty
     /// (`line_empty`) must be a word again unless a `get` handle may hold it whole.
-    fn look<L: Limiter>(
+    fn look<L: KeyTemplate>(
         &mut self,
         keyed: &Keyed<u8, L>,
         mut line_empty: impl FnMut(u8) -> bool,

@@ -13,7 +13,9 @@ use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
     TIMED_OUT_REQUESTS, WAITED_REQUESTS, WAIT_SECONDS,
 };
-use token_bucket::{all, FixedWindow, Limiter, Member, SlidingLog, SlidingWindow, TryAcquireError};
+use token_bucket::{
+    all, FixedWindow, KeyTemplate, Limiter, Member, SlidingLog, SlidingWindow, TryAcquireError,
+};
 
 /// The same workload on a named limiter admitting 2 permits a second, made by `make`
 /// (inside the recorder), whose head waits `wait` behind 2 permits admitted at the

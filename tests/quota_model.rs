@@ -25,8 +25,8 @@ use common::lockstep::paused_runtime;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{
-    Decision, FixedWindow, Keyed, Limiter, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
-    TryAcquireError,
+    Decision, FixedWindow, KeyTemplate, Keyed, Limiter, Quota, Rate, SlidingLog, SlidingWindow,
+    TokenBucket, TryAcquireError,
 };
 use tokio::time::advance;
 
@@ -342,7 +342,7 @@ enum Op {
 
 /// Runs `ops` on `limiter`, on key 0 of a `Keyed` of it, and on `reference`: they must
 /// agree after every step. Returns how many decisions admitted and how many were limited.
-async fn run<L: Limiter>(
+async fn run<L: KeyTemplate>(
     limiter: L,
     mut reference: impl Reference,
     ops: &[Op],
@@ -499,7 +499,7 @@ fn a_bucket_of_one_limit_or_several_shows_the_reference_quota() {
 
 /// [`check_all`] for a window limiter of a limit and a window, made by `make`, and its
 /// reference, made by `reference` from the same.
-fn check_windows<L: Limiter, R: Reference>(
+fn check_windows<L: KeyTemplate, R: Reference>(
     what: &str,
     make: fn(u64, Duration) -> Result<L, token_bucket::ConfigError>,
     reference: fn(u64, u64) -> R,

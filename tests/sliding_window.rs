@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::admissions::{check_never_over, Admission};
 use common::{limiters, ms, ns, retry_after, secs};
-use token_bucket::{ConfigError, Limiter, SlidingWindow, TryAcquireError};
+use token_bucket::{ConfigError, KeyTemplate, Limiter, SlidingWindow, TryAcquireError};
 use tokio::time::{advance, Instant};
 
 /// `limit` permits a second, in 10 slots of 100 ms.

@@ -38,8 +38,6 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 ///     fn is_limited(&self) -> bool { false }
 ///     fn refund(&self, _: u64) {}
 ///     fn available(&self) -> u64 { 1 }
-///     fn is_idle(&self) -> bool { true }
-///     fn fresh(&self) -> Mine { Mine }
 /// }
 /// let both = all((&Mine, &Mine)); // Mine is not a Member
 /// ```

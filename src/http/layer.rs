@@ -20,7 +20,7 @@ use crate::bucket::TokenBucket;
 use crate::composite::Member;
 use crate::error::ConfigError;
 use crate::keyed::Keyed;
-use crate::limiter::Limiter;
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::observe::http::HttpObserver;
 
 /// The most keys a layer holds by default: about 64 MB for compact keys at the flood
@@ -184,7 +184,7 @@ impl RateLimitLayer<super::key::GlobalKey, Local<(), TokenBucket, TokenBucket>> 
     pub fn builder<X, L>(key: X, per_key: L) -> RateLimitBuilder<X, InProcess<L, TokenBucket>>
     where
         X: KeyExtractor,
-        L: Limiter + Member,
+        L: KeyTemplate + Member,
     {
         RateLimitBuilder::with_limits(
             key,
@@ -232,7 +232,7 @@ impl<X: KeyExtractor, B: Limits<X::Key>, H> RateLimitLayer<X, B, H> {
 impl<X, L, G, H> RateLimitLayer<X, Local<X::Key, L, G>, H>
 where
     X: KeyExtractor,
-    L: Limiter + Member,
+    L: KeyTemplate + Member,
     G: Limiter + Member,
 {
     /// The per-key limiters, to look a key up or forget idle keys from a task of your own.
@@ -578,7 +578,7 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
 impl<X, L, G, H> RateLimitBuilder<X, InProcess<L, G>, H>
 where
     X: KeyExtractor,
-    L: Limiter + Member,
+    L: KeyTemplate + Member,
     G: Limiter + Member,
 {
     /// Adds a limit on every request together, decided with the per-key one, all or

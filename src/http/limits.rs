@@ -14,7 +14,7 @@ use super::response::RefusalKind;
 use crate::composite::Member;
 use crate::error::{AcquireError, TryAcquireError};
 use crate::keyed::{Joint, JointRefusal, Keyed};
-use crate::limiter::Limiter;
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::quota::{Policy, Quota};
 
 /// How one request fared: admitted, or why not.
@@ -153,7 +153,7 @@ impl<K, L, G> Local<K, L, G> {
 impl<K, L, G> Local<K, L, G>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    L: Limiter + Member,
+    L: KeyTemplate + Member,
     G: Limiter + Member,
 {
     /// The decision of a request that does not wait.
@@ -213,7 +213,7 @@ where
 impl<K, L, G> private::Decide<K> for Local<K, L, G>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    L: Limiter + Member,
+    L: KeyTemplate + Member,
     G: Limiter + Member,
 {
     fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided {
@@ -273,7 +273,7 @@ where
 impl<K, L, G> Local<K, L, G>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    L: Limiter + Member,
+    L: KeyTemplate + Member,
     G: Limiter + Member,
 {
     /// Waits first in, first out for `cost` permits of `key`, then of the global limit,

@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use crate::bucket::compact::CompactBucket;
 use crate::bucket::TokenBucket;
 use crate::error::TryAcquireError;
-use crate::limiter::{try_acquire_error, Limiter};
+use crate::limiter::{try_acquire_error, KeyTemplate, Limiter};
 use crate::quota::{Decision, Quota};
 use crate::window::FixedWindow;
 

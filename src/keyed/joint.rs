@@ -16,7 +16,7 @@ use super::{step, Keyed, Step, TooManyKeys};
 use crate::composite::all;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
-use crate::limiter::Limiter;
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::quota::{Decision, Quota};
 
 /// What [`Keyed::try_acquire_with`] decided, and both limiters' quotas.
@@ -41,7 +41,7 @@ pub(crate) enum JointRefusal {
     Global(TryAcquireError),
 }
 
-impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// Acquires `permits` for `key` and from `global` at once, or from neither: the key's
     /// limit and a global one, for one request. With both limiters' quotas: the key's
     /// (`None` for a new key refused with `TooManyKeys`) and the global's.
@@ -89,7 +89,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
 /// `global` is asked under that lock: a shard's lock is taken before any limiter's, the
 /// crate's lock order (see `sync/mod.rs` and [`Keyed`]'s concurrency notes).
 #[inline(always)]
-fn on_word<L: Limiter, G: Limiter>(
+fn on_word<L: KeyTemplate, G: Limiter>(
     compact: &Compact<L>,
     word: &mut u64,
     reading: u64,

@@ -12,7 +12,7 @@ use super::{step, Keyed, Step, TooManyKeys};
 use crate::bucket::TokenBucket;
 use crate::composite::{KeyHook, KeyTry, Member, Part, Piece, Refusals, Sealed};
 use crate::error::TryAcquireError;
-use crate::limiter::Limiter;
+use crate::limiter::KeyTemplate;
 use crate::sync::Identity;
 use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 
@@ -57,7 +57,7 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 /// # Ok(())
 /// # }
 /// ```
-pub struct KeyMember<'a, K: Hash + Eq, L: Limiter> {
+pub struct KeyMember<'a, K: Hash + Eq, L: KeyTemplate> {
     keyed: &'a Keyed<K, L>,
     hash: u64,
     key: K,
@@ -65,7 +65,7 @@ pub struct KeyMember<'a, K: Hash + Eq, L: Limiter> {
     whole: OnceLock<Arc<L>>,
 }
 
-impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// `key`'s limit as a member of a composite, beside other limiters, decided on the
     /// key's word while nobody waits (see [`KeyMember`]). Nothing is looked up or added
     /// until the composite decides; a new key refused then for want of room is a
@@ -99,7 +99,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     }
 }
 
-impl<K, L: Limiter> Keyed<K, L> {
+impl<K, L: KeyTemplate> Keyed<K, L> {
     /// `limiter`, a key's whole limiter about to be handed out, given the part this
     /// `Keyed`'s keys play in composites, if they play one: so that a composite that would
     /// have it play the other part is refused when it is made. A limiter that already
@@ -120,7 +120,7 @@ impl<K, L: Limiter> Keyed<K, L> {
 impl<K, L> KeyHook for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
-    L: Limiter + Member + Send + Sync,
+    L: KeyTemplate + Member + Send + Sync,
 {
     fn identity(&self) -> usize {
         self.keyed.inner.identity.of(&self.keyed.inner)
@@ -187,7 +187,7 @@ where
     }
 }
 
-impl<K: Hash + Eq, L: Limiter> KeyMember<'_, K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> KeyMember<'_, K, L> {
     /// Keeps `limiter`, the key's whole limiter, unless another thread deciding on this
     /// member kept it first (then that one, the same key's, is kept).
     fn keep(&self, limiter: Arc<L>) {
@@ -200,7 +200,7 @@ impl<K: Hash + Eq, L: Limiter> KeyMember<'_, K, L> {
 impl<K, L> Sealed for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
-    L: Limiter + Member + Send + Sync,
+    L: KeyTemplate + Member + Send + Sync,
 {
     fn part(&self) -> crate::composite::Hook<'_> {
         crate::composite::Hook(Piece::Key(self))
@@ -210,11 +210,11 @@ where
 impl<K, L> Member for KeyMember<'_, K, L>
 where
     K: Hash + Eq + Clone + Send + Sync,
-    L: Limiter + Member + Send + Sync,
+    L: KeyTemplate + Member + Send + Sync,
 {
 }
 
-impl<K: Hash + Eq, L: Limiter> Drop for KeyMember<'_, K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Drop for KeyMember<'_, K, L> {
     fn drop(&mut self) {
         // The key folds back into its word at once if nobody else holds it.
         if let Some(limiter) = self.whole.take() {
@@ -223,7 +223,7 @@ impl<K: Hash + Eq, L: Limiter> Drop for KeyMember<'_, K, L> {
     }
 }
 
-impl<K: Hash + Eq + fmt::Debug, L: Limiter> fmt::Debug for KeyMember<'_, K, L> {
+impl<K: Hash + Eq + fmt::Debug, L: KeyTemplate> fmt::Debug for KeyMember<'_, K, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyMember")
             .field("key", &self.key)

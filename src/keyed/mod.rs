@@ -31,7 +31,7 @@ use crate::clock::Clock;
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
-use crate::limiter::Limiter;
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::observe::{Class, Classify, KeyClasses, KeyedObserver};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicUsize, Identity, Mutex, MutexGuard};
@@ -49,11 +49,11 @@ const QUIET_FACTOR: u64 = 9;
 /// One limiter per key (a user id, a client IP, an API key), each made on first use from
 /// a template and forgotten again once it is idle.
 ///
-/// `Keyed` works with any [`Limiter`]. The template is a limiter built by the caller, so
-/// its settings were checked once, when it was built; every key's limiter is
-/// [`template.fresh()`](Limiter::fresh). `Keyed` keeps a fresh copy of the template,
-/// made when it is built: settings changed later through a clone of the template (a
-/// bucket's `set_rate`) change no key. `Keyed` is a cheap handle: its clones share the
+/// `Keyed` works with any [`KeyTemplate`]: every limiter of this crate is one. The
+/// template is a limiter built by the caller, so its settings were checked once, when it
+/// was built; every key's limiter is [`template.fresh()`](KeyTemplate::fresh). `Keyed`
+/// keeps a fresh copy of the template, made when it is built: settings changed later
+/// through a clone of the template (a bucket's `set_rate`) change no key. `Keyed` is a cheap handle: its clones share the
 /// same keys.
 ///
 /// # Examples
@@ -86,8 +86,8 @@ const QUIET_FACTOR: u64 = 9;
 ///
 /// # Why forgetting an idle key costs nothing
 ///
-/// A limiter is [idle](Limiter::is_idle) when it is back in the state a
-/// [fresh](Limiter::fresh) one starts in (a full bucket, with no fraction of a token
+/// A limiter is [idle](KeyTemplate::is_idle) when it is back in the state a
+/// [fresh](KeyTemplate::fresh) one starts in (a full bucket, with no fraction of a token
 /// carried; windows with nothing counted) and nobody waits on it. From then on it answers
 /// every request exactly as a fresh one would. So a key whose limiter is idle can be
 /// dropped, and when the key comes back a fresh limiter made from the template takes its
@@ -228,8 +228,8 @@ enum Step<L, D = Result<(), TryAcquireError>> {
     Call(Arc<L>),
 }
 
-impl<K, L: Limiter> Keyed<K, L> {
-    /// One limiter per key, each a [`fresh`](Limiter::fresh) copy of `template`, with no
+impl<K, L: KeyTemplate> Keyed<K, L> {
+    /// One limiter per key, each a [`fresh`](KeyTemplate::fresh) copy of `template`, with no
     /// bound on the keys (beyond automatic eviction of idle ones) and the default number of
     /// shards. Use [`builder`](Keyed::builder) to set those.
     ///
@@ -416,7 +416,7 @@ impl<K, L> Keyed<K, L> {
     }
 }
 
-impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// Acquires `permits` for `key` now if its limiter allows; never waits. A key seen for
     /// the first time gets a fresh limiter. Needs no runtime. A key held as a word is
     /// answered on its word; a whole limiter that may be a word again is folded first
@@ -795,7 +795,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
     /// # Examples
     ///
     /// ```
-    /// use token_bucket::{Keyed, Limiter, Rate, TokenBucket};
+    /// use token_bucket::{KeyTemplate, Keyed, Limiter, Rate, TokenBucket};
     ///
     /// let per_key: Keyed<&str, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_hour(1), 10)?);
     /// assert!(per_key.get(&"a").is_none());
@@ -843,7 +843,7 @@ impl<K: Hash + Eq, L: Limiter> Keyed<K, L> {
         self.shard(hash).is_whole(hash, key)
     }
 
-    /// Forgets every key whose limiter is [idle](Limiter::is_idle) and held by nobody
+    /// Forgets every key whose limiter is [idle](KeyTemplate::is_idle) and held by nobody
     /// else (no [`acquire`](Keyed::acquire) waiting in its line, no `Arc` from
     /// [`get`](Keyed::get) or [`limiter`](Keyed::limiter); an `acquire` not yet polled, or
     /// served on the key's word, holds nothing),
@@ -1119,7 +1119,7 @@ fn lock<K, L>(shard: &ShardLock<K, L>) -> MutexGuard<'_, Shard<K, L>> {
 /// A call on a key's slot: `decide` on its word when it is one (or folds into one now),
 /// else its whole limiter, to be asked with the lock released.
 #[inline(always)]
-fn step<L: Limiter, D>(
+fn step<L: KeyTemplate, D>(
     mut slot: Slot<'_, L>,
     at: Option<&At<'_, L>>,
     decide: impl FnOnce(&Compact<L>, &mut u64, u64) -> D,
@@ -1133,7 +1133,7 @@ fn step<L: Limiter, D>(
 /// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
 /// now), else to be asked of its whole limiter.
 #[inline(always)]
-fn try_step<L: Limiter>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
+fn try_step<L: KeyTemplate>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
     step(slot, at, |compact, word, reading| {
         compact.try_acquire(word, permits, reading)
     })
@@ -1142,7 +1142,7 @@ fn try_step<L: Limiter>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64)
 /// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
 /// into one now) and the permits are there, or refused there when they never could be;
 /// else to wait in its whole limiter's line, made from the word if need be.
-fn acquire_step<L: Limiter>(
+fn acquire_step<L: KeyTemplate>(
     mut slot: Slot<'_, L>,
     at: Option<&At<'_, L>>,
     permits: u64,
@@ -1163,7 +1163,7 @@ fn acquire_step<L: Limiter>(
 /// `decide` on a key's word, with the compact form and the reading of now, if the key is
 /// one (or folds into one now).
 #[inline(always)]
-fn on_word<L: Limiter, D>(
+fn on_word<L: KeyTemplate, D>(
     slot: &mut Slot<'_, L>,
     at: Option<&At<'_, L>>,
     decide: impl FnOnce(&Compact<L>, &mut u64, u64) -> D,
@@ -1212,14 +1212,14 @@ async fn watched<K, F: Future<Output = Result<(), AcquireError>>>(
 /// What a `Keyed::acquire` future owns: its key, and the key's whole limiter once it
 /// waits in its line. Dropped as the future ends or is dropped, it lets go of the
 /// limiter and folds the key back into its word if it was the last to use it.
-struct Held<K: Hash + Eq, L: Limiter> {
+struct Held<K: Hash + Eq, L: KeyTemplate> {
     keyed: Keyed<K, L>,
     hash: u64,
     key: K,
     limiter: Option<Arc<L>>,
 }
 
-impl<K: Hash + Eq, L: Limiter> Drop for Held<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Drop for Held<K, L> {
     fn drop(&mut self) {
         if let Some(limiter) = self.limiter.take() {
             self.keyed.release(self.hash, &self.key, limiter);
@@ -1315,7 +1315,7 @@ pub struct KeyedBuilder<K, L> {
     keys: PhantomData<fn() -> K>,
 }
 
-impl<K, L: Limiter> KeyedBuilder<K, L> {
+impl<K, L: KeyTemplate> KeyedBuilder<K, L> {
     /// The most keys held at once. A new key that would pass it first makes room by
     /// forgetting idle keys, and is refused with
     /// [`TooManyKeys`](TryAcquireError::TooManyKeys) if none is idle (see

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use crate::keyed::compact::Compact;
-use crate::limiter::Limiter;
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::sync::AtomicUsize;
 
 /// A shard is never swept automatically while it holds fewer keys than this: sweeping
@@ -201,7 +201,7 @@ impl<K, L> Shard<K, L> {
     }
 }
 
-impl<K: Hash + Eq, L: Limiter> Shard<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
     /// Keys held.
     pub(super) fn len(&self) -> usize {
         self.entries.len()

@@ -13,17 +13,17 @@ fn bucket(rate: Rate, capacity: u64) -> TokenBucket {
 }
 
 /// Keys held whole now.
-fn wholes<K: Hash + Eq, L: Limiter>(keyed: &Keyed<K, L>) -> usize {
+fn wholes<K: Hash + Eq, L: KeyTemplate>(keyed: &Keyed<K, L>) -> usize {
     keyed.forms().iter().map(|forms| forms.wholes).sum()
 }
 
 /// Whole limiters made so far.
-fn made<K: Hash + Eq, L: Limiter>(keyed: &Keyed<K, L>) -> usize {
+fn made<K: Hash + Eq, L: KeyTemplate>(keyed: &Keyed<K, L>) -> usize {
     keyed.forms().iter().map(|forms| forms.made).sum()
 }
 
 /// Spawns `acquire(key, permits)`, which reports the instant it ended, since `start`.
-fn spawn_acquire<L: Limiter>(
+fn spawn_acquire<L: KeyTemplate>(
     keyed: &Keyed<u8, L>,
     key: u8,
     permits: u64,
@@ -40,7 +40,7 @@ fn limited(retry_after: Duration) -> Result<(), TryAcquireError> {
 /// Asks key 0 of `keyed` and `alone` the same `try_acquire`s at the same instants
 /// (`plan` gives each round's wait and permits), unfolding the key with `get` every
 /// `unfold_every` rounds (the next call folds it back): they must answer alike.
-async fn answer_alike<L: Limiter>(
+async fn answer_alike<L: KeyTemplate>(
     keyed: &Keyed<u8, L>,
     alone: &L,
     rounds: u64,
@@ -494,7 +494,9 @@ impl Limiter for Mine {
     fn available(&self) -> u64 {
         Limiter::available(&self.0)
     }
+}
 
+impl KeyTemplate for Mine {
     fn is_idle(&self) -> bool {
         self.0.is_idle()
     }

@@ -401,7 +401,7 @@ impl FixedWindow {
     /// limiter without a name reports nothing. Any string is a name, the empty one
     /// included. Names are labels, so keep them few: one per limit in the program, never
     /// one per user or key (a [`Keyed`](crate::Keyed)'s keys are never named, and
-    /// [`fresh`](Limiter::fresh) limiters are unnamed).
+    /// [`fresh`](crate::KeyTemplate::fresh) limiters are unnamed).
     ///
     /// It reports the permits `try_acquire` admits and the requests it refuses (a
     /// `debug` event with the `retry_after`), the permits `acquire` admits on its first
@@ -421,7 +421,7 @@ impl FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
+    /// use token_bucket::{FixedWindow, KeyTemplate};
     ///
     /// let login = FixedWindow::new(10, Duration::from_secs(60))?.named("login");
     /// assert_eq!(login.name(), Some("login"));
@@ -788,57 +788,6 @@ impl Limiter for FixedWindow {
         FixedWindow::available(self)
     }
 
-    /// Whether nothing is counted in the current window and nobody waits: a
-    /// [`fresh`](Limiter::fresh) limiter (which keeps the window boundaries) would behave
-    /// the same from now on.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
-    /// assert!(limiter.is_idle());
-    /// limiter.try_acquire(1)?;
-    /// assert!(!limiter.is_idle());
-    /// tokio::time::advance(Duration::from_secs(1)).await;
-    /// assert!(limiter.is_idle()); // a new window, nothing counted in it
-    /// # Ok(())
-    /// # }
-    /// ```
-    fn is_idle(&self) -> bool {
-        let shared = &self.shared;
-        !shared.turnstile.is_waiting() && shared.current().1.count == 0
-    }
-
-    /// A new limiter with the same limit and window and the same window boundaries
-    /// (windows still counted from this limiter's creation), with nothing counted.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, Limiter, TryAcquireError};
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let template = FixedWindow::new(3, Duration::from_secs(1))?;
-    /// tokio::time::advance(Duration::from_millis(1_400)).await;
-    /// let limiter = template.fresh();
-    /// limiter.try_acquire(3)?;
-    /// // Its windows start on the template's boundaries: the next one in 600 ms.
-    /// assert_eq!(
-    ///     limiter.try_acquire(1),
-    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(600) })
-    /// );
-    /// assert_eq!(template.available(), 3);
-    /// # Ok(())
-    /// # }
-    /// ```
-    fn fresh(&self) -> FixedWindow {
-        let shared = &self.shared;
-        FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
-    }
-
     /// `limit` per `window`.
     ///
     /// ```
@@ -929,6 +878,59 @@ impl Limiter for FixedWindow {
     }
 }
 
+impl crate::KeyTemplate for FixedWindow {
+    /// Whether nothing is counted in the current window and nobody waits: a
+    /// [`fresh`](crate::KeyTemplate::fresh) limiter (which keeps the window boundaries)
+    /// would behave the same from now on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, KeyTemplate, Limiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::new(10, Duration::from_secs(1))?;
+    /// assert!(limiter.is_idle());
+    /// limiter.try_acquire(1)?;
+    /// assert!(!limiter.is_idle());
+    /// tokio::time::advance(Duration::from_secs(1)).await;
+    /// assert!(limiter.is_idle()); // a new window, nothing counted in it
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn is_idle(&self) -> bool {
+        let shared = &self.shared;
+        !shared.turnstile.is_waiting() && shared.current().1.count == 0
+    }
+
+    /// A new limiter with the same limit and window and the same window boundaries
+    /// (windows still counted from this limiter's creation), with nothing counted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use token_bucket::{FixedWindow, KeyTemplate, Limiter, TryAcquireError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let template = FixedWindow::new(3, Duration::from_secs(1))?;
+    /// tokio::time::advance(Duration::from_millis(1_400)).await;
+    /// let limiter = template.fresh();
+    /// limiter.try_acquire(3)?;
+    /// // Its windows start on the template's boundaries: the next one in 600 ms.
+    /// assert_eq!(
+    ///     limiter.try_acquire(1),
+    ///     Err(TryAcquireError::Limited { retry_after: Duration::from_millis(600) })
+    /// );
+    /// assert_eq!(template.available(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fresh(&self) -> FixedWindow {
+        let shared = &self.shared;
+        FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
+    }
+}
+
 /// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
 /// while nobody waits on it: the word (never [`SEIZED`]: no composite decides over a
 /// word) is guarded by the key's shard lock, so it is a plain `u64`, and `self` is the
@@ -988,9 +990,9 @@ impl FixedWindow {
         shared.layout.read(word, now / shared.window_nanos).count == 0
     }
 
-    /// A limiter like [`fresh`](Limiter::fresh) ones, whose state is `word`.
+    /// A limiter like [`fresh`](crate::KeyTemplate::fresh) ones, whose state is `word`.
     pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
-        let limiter = self.fresh();
+        let limiter = crate::KeyTemplate::fresh(self);
         limiter.shared.state.store(word, Ordering::Release);
         limiter
     }

@@ -675,7 +675,7 @@ macro_rules! impl_limiter {
                         "string is a name, the empty one included. Names are labels, so keep ",
                         "them few: one per limit in the program, never one per user or key (a ",
                         "[`Keyed`](crate::Keyed)'s keys are never named, and ",
-                        "[`fresh`](crate::Limiter::fresh) limiters are unnamed).\n\n",
+                        "[`fresh`](crate::KeyTemplate::fresh) limiters are unnamed).\n\n",
                         "It reports the permits `try_acquire` admits and the requests it ",
                         "refuses (a `debug` event with the `retry_after`), the permits ",
                         "`acquire` admits on its first poll, and the requests that waited, with ",
@@ -694,7 +694,7 @@ macro_rules! impl_limiter {
                         "lives.\n\n",
                         "```\n",
                         "use std::time::Duration;\n",
-                        "use token_bucket::{Limiter, ", stringify!($limiter), "};\n\n",
+                        "use token_bucket::{KeyTemplate, ", stringify!($limiter), "};\n\n",
                         "let limiter = ", $example, "?.named(\"upstream\");\n",
                         "assert_eq!(limiter.name(), Some(\"upstream\"));\n",
                         "assert_eq!(limiter.clone().name(), Some(\"upstream\"));\n",
@@ -815,16 +815,6 @@ macro_rules! impl_limiter {
                 $limiter::available(self)
             }
 
-            fn is_idle(&self) -> bool {
-                self.sliding.is_idle()
-            }
-
-            fn fresh(&self) -> $limiter {
-                $limiter {
-                    sliding: self.sliding.fresh(),
-                }
-            }
-
             #[doc = concat!(
                         "`limit` per `window`.\n\n",
                         "```\n",
@@ -874,6 +864,18 @@ macro_rules! impl_limiter {
             /// it was decided in, after counting the permits when it admitted them.
             fn try_acquire_decision(&self, permits: u64) -> $crate::Decision {
                 self.sliding.try_acquire_decision(permits)
+            }
+        }
+
+        impl $crate::KeyTemplate for $limiter {
+            fn is_idle(&self) -> bool {
+                self.sliding.is_idle()
+            }
+
+            fn fresh(&self) -> $limiter {
+                $limiter {
+                    sliding: self.sliding.fresh(),
+                }
             }
         }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use token_bucket::{AcquireError, Limiter, TryAcquireError};
+use token_bucket::{AcquireError, KeyTemplate, Limiter, TryAcquireError};
 use tokio::task::JoinHandle;
 use tokio::time::{advance, Instant};
 
@@ -67,7 +67,10 @@ pub async fn is_limited_and_available_count_nothing<L: Limiter>(limiter: L, hold
 }
 
 /// Needs a limit of 2.
-pub async fn is_idle_when_nothing_counts_and_nobody_waits<L: Limiter>(limiter: L, hold: Duration) {
+pub async fn is_idle_when_nothing_counts_and_nobody_waits<L: KeyTemplate>(
+    limiter: L,
+    hold: Duration,
+) {
     assert!(limiter.is_idle());
     limiter.try_acquire(1).unwrap();
     assert!(!limiter.is_idle());
@@ -244,7 +247,7 @@ pub async fn retry_after_counts_the_permits_of_the_waiters_in_line<L: Limiter + 
 }
 
 /// Needs a limit of 5.
-pub async fn a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it<L: Limiter>(
+pub async fn a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it<L: KeyTemplate>(
     limiter: L,
     hold: Duration,
 ) {
@@ -260,7 +263,7 @@ pub async fn a_refund_of_nothing_changes_nothing_and_of_too_much_empties_it<L: L
 }
 
 /// Needs a limit of 3. Returns the fresh limiter, for its settings to be checked.
-pub async fn fresh_has_nothing_counted_while_clones_share<L: Limiter + Clone>(
+pub async fn fresh_has_nothing_counted_while_clones_share<L: KeyTemplate + Clone>(
     limiter: L,
     hold: Duration,
 ) -> L {
