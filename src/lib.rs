@@ -154,9 +154,10 @@ mod error;
 mod rate;
 mod sync;
 
-// What ties the rooms together: one trait for every limiter, a limiter per key, and one
-// decision over several limiters.
+// What ties the rooms together: the traits every limiter implements (and a boxed one),
+// a limiter per key, and one decision over several limiters.
 mod composite;
+mod dyn_limiter;
 mod keyed;
 mod limiter;
 pub mod observe;
@@ -183,6 +184,7 @@ pub use bucket::{
     Builder, Closed, LimitStats, Stats, Take, TakeTimeout, TokenBucket, Wait, WaitTimeout,
 };
 pub use composite::{all, all_in_turn, All, AllInTurn, Member, Members};
+pub use dyn_limiter::DynLimiter;
 pub use error::{
     AcquireAllError, AcquireError, ConfigError, TakeError, TryAcquireAllError, TryAcquireError,
     TryTakeError,

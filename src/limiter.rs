@@ -1,5 +1,6 @@
 //! The traits every limiter of the crate implements: [`Limiter`], so code can take any of
-//! them, and [`KeyTemplate`], what [`Keyed`](crate::Keyed) needs of its template.
+//! them, and [`KeyTemplate`], what [`Keyed`](crate::Keyed) needs of its template. Their
+//! trait object, [`DynLimiter`](crate::DynLimiter), is in `dyn_limiter.rs`.
 
 use std::future::Future;
 
@@ -39,6 +40,42 @@ use crate::quota::{Decision, Policy, Quota};
 /// assert_eq!(admit(&bucket, 1), Err(Duration::from_millis(100)));
 /// assert_eq!(admit(&window, 10), Ok(()));
 /// assert_eq!(admit(&window, 1), Err(Duration::from_secs(1)));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Trait objects
+///
+/// `dyn Limiter` is not possible (`Box<dyn Limiter>` fails with E0038), because
+/// [`acquire`](Limiter::acquire) returns `impl Future`, which keeps every limiter's
+/// `acquire` free of allocation. For a list of mixed limiters, or one picked at run time,
+/// hold a `Box<dyn DynLimiter>` or an `Arc<dyn DynLimiter>`: every `Limiter` is a
+/// [`DynLimiter`](crate::DynLimiter), and both pointers are `Limiter`s, whose `acquire`
+/// boxes its future.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{DynLimiter, FixedWindow, Limiter, Rate, TokenBucket};
+///
+/// /// The limiter a line of configuration asks for.
+/// fn from_config(line: &str) -> Result<Box<dyn DynLimiter>, token_bucket::ConfigError> {
+///     Ok(match line {
+///         "bucket" => Box::new(TokenBucket::new(Rate::per_second(10), 1)?),
+///         _ => Box::new(FixedWindow::new(1, Duration::from_secs(1))?),
+///     })
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiters: Vec<Box<dyn DynLimiter>> = vec![from_config("bucket")?, from_config("window")?];
+/// let start = tokio::time::Instant::now();
+/// for limiter in &limiters {
+///     limiter.acquire(1).await?; // both admit at once
+/// }
+/// for limiter in &limiters {
+///     limiter.acquire(1).await?; // the bucket's token at 100 ms, the window's next at 1 s
+/// }
+/// assert_eq!(start.elapsed(), Duration::from_secs(1));
 /// # Ok(())
 /// # }
 /// ```
