@@ -96,11 +96,12 @@
 //!   decision; `governor-check_key-and-check` is governor's keyed limiter's
 //!   `check_key(&KEY)` and a direct limiter's `check()`, the peer's separate calls; and
 //!   `key-limiter-in-turn-try_acquire` is the way before `member`,
-//!   `all_in_turn((per_key.limiter(&KEY)?, &global))?.try_acquire(1)`, on a `Keyed` of its
-//!   own (its keys lead too). `limiter` makes the key whole the first time; the key stays
-//!   whole after, since nothing here folds it back, so each call pays for the lookup, an
-//!   `Arc` clone and the whole bucket's locked path. The summary prints both tables, with
-//!   the ratios in turn ÷ all, member ÷ separate calls and member ÷ governor.
+//!   `all_in_turn((per_key.get_or_insert(&KEY)?, &global))?.try_acquire(1)`, on a `Keyed`
+//!   of its own (its keys lead too). `get_or_insert` makes the key whole the first time;
+//!   the key stays whole after, since nothing here folds it back, so each call pays for
+//!   the lookup, an `Arc` clone and the whole bucket's locked path. The summary prints
+//!   both tables, with the ratios in turn ÷ all, member ÷ separate calls and member ÷
+//!   governor.
 //!
 //! - `observe`: what naming a bucket costs (issue 24): `try_take(1)` and `take(1).await`
 //!   with the tokens there on [`ours`] unnamed (`*-unnamed`) and, with the feature
@@ -532,7 +533,7 @@ const COMPOSITE: [(&str, &str, &str, &str); 2] = [
 const GOVERNOR_TWICE: &str = "governor-check-twice";
 
 /// The `composite` group's benchmarks of a key beside a global bucket, all `try`: the key
-/// as `Keyed::member` in `all_in_turn`, as `Keyed::limiter` in `all_in_turn`, the two
+/// as `Keyed::member` in `all_in_turn`, as `Keyed::get_or_insert` in `all_in_turn`, the two
 /// separate calls, and governor's keyed check with a direct one.
 const KEY_MEMBER: &str = "key-member-in-turn-try_acquire";
 const KEY_LIMITER: &str = "key-limiter-in-turn-try_acquire";
@@ -617,7 +618,7 @@ fn composite(c: &mut Criterion) {
     group.bench_function(KEY_LIMITER, |bench| {
         bench.iter(|| {
             let limiter = per_key_whole
-                .limiter(black_box(&KEY))
+                .get_or_insert(black_box(&KEY))
                 .expect("no bound on keys");
             let composite = all_in_turn((limiter, &global)).expect("a key and a bucket");
             granted(composite.try_acquire(1).is_ok(), KEY_LIMITER);
@@ -799,7 +800,7 @@ fn print_composite(home: &std::path::Path, since: std::time::SystemTime) {
 }
 
 /// The key rows of `composite`: a key beside a global bucket, as a member of
-/// `all_in_turn` (by `Keyed::member` and by `Keyed::limiter`), as two separate calls,
+/// `all_in_turn` (by `Keyed::member` and by `Keyed::get_or_insert`), as two separate calls,
 /// and governor's keyed check with a direct one, if this run measured them.
 fn print_key_composite(home: &std::path::Path, since: std::time::SystemTime) {
     let figure = |bench: &str| nanoseconds(home, "composite", bench, 1, since);

@@ -582,6 +582,44 @@ impl fmt::Display for AcquireError {
 
 impl Error for AcquireError {}
 
+/// Why [`Keyed::get_or_insert`](crate::Keyed::get_or_insert) added no key: the
+/// [`Keyed`](crate::Keyed) holds `max_keys` busy keys and this is a new one.
+///
+/// ```
+/// use token_bucket::{Keyed, Rate, TokenBucket, TooManyKeys};
+///
+/// let per_key: Keyed<u8, TokenBucket> =
+///     Keyed::builder(TokenBucket::new(Rate::per_second(1), 1)?).max_keys(1).build()?;
+/// per_key.try_acquire(&1, 1)?; // key 1 is busy until its bucket refills
+/// assert_eq!(per_key.get_or_insert(&2).err(), Some(TooManyKeys { max_keys: 1 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyKeys {
+    /// The bound on keys.
+    pub max_keys: usize,
+}
+
+impl fmt::Display for TooManyKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        too_many_keys(f, self.max_keys)
+    }
+}
+
+impl Error for TooManyKeys {}
+
+impl From<TooManyKeys> for TryAcquireError {
+    fn from(TooManyKeys { max_keys }: TooManyKeys) -> TryAcquireError {
+        TryAcquireError::TooManyKeys { max_keys }
+    }
+}
+
+impl From<TooManyKeys> for AcquireError {
+    fn from(TooManyKeys { max_keys }: TooManyKeys) -> AcquireError {
+        AcquireError::TooManyKeys { max_keys }
+    }
+}
+
 pub(crate) fn exceeds_limit(f: &mut fmt::Formatter<'_>, requested: u64, limit: u64) -> fmt::Result {
     write!(
         f,

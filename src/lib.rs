@@ -186,8 +186,8 @@ pub use bucket::{
 pub use composite::{all, all_in_turn, All, AllInTurn, Member, Members};
 pub use dyn_limiter::DynLimiter;
 pub use error::{
-    AcquireAllError, AcquireError, ConfigError, TakeError, TryAcquireAllError, TryAcquireError,
-    TryTakeError,
+    AcquireAllError, AcquireError, ConfigError, TakeError, TooManyKeys, TryAcquireAllError,
+    TryAcquireError, TryTakeError,
 };
 pub use keyed::{KeyMember, Keyed, KeyedBuilder};
 pub use limiter::{KeyTemplate, Limiter};

@@ -518,7 +518,7 @@ async fn a_key_held_by_a_waiting_composite_is_not_forgotten() {
     let per_ip: Keyed<u32, TokenBucket> =
         Keyed::new(TokenBucket::new(Rate::per_second(10), 1).unwrap());
     let global = bucket(Rate::per_second(1), 1, 0);
-    let key: Arc<TokenBucket> = per_ip.limiter(&7).unwrap();
+    let key: Arc<TokenBucket> = per_ip.get_or_insert(&7).unwrap();
     let waiter = {
         let global = global.clone();
         tokio::spawn(async move { all((key, &global)).unwrap().acquire(1).await })

@@ -42,7 +42,7 @@ async fn the_key_s_word_is_written_only_if_every_member_admits() {
     // The key is out: refused on its word, the global bucket never asked.
     tokio::time::advance(ms(500)).await;
     assert_eq!(try_both(), limited(ms(500)));
-    assert_eq!(keys.is_held_whole(&1), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
 }
 
 /// A request that must wait makes the key whole and holds its place in the key's line;
@@ -57,19 +57,19 @@ async fn waiting_makes_the_key_whole_and_it_folds_back_after() {
         .acquire(1)
         .await
         .unwrap();
-    assert_eq!(keys.is_held_whole(&5), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
     {
         let both = all_in_turn((keys.member(&5), &global)).unwrap();
         let mut waiting = pin!(both.acquire(1));
         assert!(futures::poll!(waiting.as_mut()).is_pending());
-        assert_eq!(keys.is_held_whole(&5), Some(true));
+        assert_eq!((keys.len(), keys.keys_held_whole()), (1, 1));
         // A plain request for the key waits behind it, in the key's line.
         assert!(keys.try_acquire(&5, 1).is_err());
         waiting.await.unwrap();
         assert_eq!(start.elapsed(), ms(500));
     }
     // Served and dropped: the key is a word again.
-    assert_eq!(keys.is_held_whole(&5), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
     assert_eq!(global.stats().taken, 2);
 }
 
@@ -171,13 +171,13 @@ async fn a_fixed_window_key_waits_for_its_next_window() {
     assert_eq!(keys.retain_recent(), 1);
 }
 
-/// A key's member beside the key's own whole limiter (from `limiter` or `get`) is the
+/// A key's member beside the key's own whole limiter (from `get_or_insert` or `get`) is the
 /// same limiter twice: found when the key turns out whole, and refused, rather than its
 /// lock taken twice.
 #[tokio::test(start_paused = true)]
 async fn a_key_beside_its_own_whole_limiter_is_refused_as_a_repeated_member() {
     let keys = per_key(Rate::per_second(1), 1);
-    let whole = keys.limiter(&1).unwrap();
+    let whole = keys.get_or_insert(&1).unwrap();
     let repeated = ConfigError::RepeatedMember {
         first: 0,
         second: 1,
@@ -226,10 +226,10 @@ async fn a_key_refusing_on_its_word_still_names_the_others_refusals() {
     let both = all_in_turn((keys_of_two.member(&1), &global)).unwrap();
     assert_eq!(both.acquire(2).await, exceeds);
     assert_eq!(start.elapsed(), Duration::ZERO);
-    assert_eq!(keys.is_held_whole(&1), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
 }
 
-/// A key's whole limiter handed out by `limiter` or `get` plays the part its `Keyed`'s
+/// A key's whole limiter handed out by `get_or_insert` or `get` plays the part its `Keyed`'s
 /// keys play, so a composite that would have it play the other is refused when made.
 #[test]
 fn a_key_s_whole_limiter_plays_its_keyed_s_part() {
@@ -237,7 +237,7 @@ fn a_key_s_whole_limiter_plays_its_keyed_s_part() {
     let global = TokenBucket::new(Rate::per_second(10), 10).unwrap();
     let other = TokenBucket::new(Rate::per_second(10), 10).unwrap();
     all_in_turn((keys.member(&1), &global)).unwrap();
-    let whole = keys.limiter(&1).unwrap();
+    let whole = keys.get_or_insert(&1).unwrap();
     assert_eq!(
         all((&*whole, &other)).err(),
         Some(ConfigError::LeaderAsFollower { member: 0 })
@@ -260,10 +260,10 @@ async fn a_key_that_follows_is_made_whole_only_once_the_leader_would_admit() {
     let both = all_in_turn((&leader, keys.member(&1))).unwrap();
     let mut waiting = pin!(both.acquire(1));
     assert!(futures::poll!(waiting.as_mut()).is_pending());
-    assert_eq!(keys.is_held_whole(&1), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
     tokio::time::advance(ms(999)).await;
     assert!(futures::poll!(waiting.as_mut()).is_pending());
-    assert_eq!(keys.is_held_whole(&1), Some(false));
+    assert_eq!((keys.len(), keys.keys_held_whole()), (1, 0));
     waiting.await.unwrap();
     assert_eq!(leader.stats().taken, 2);
 }

@@ -13,9 +13,9 @@
 //! it (as its last waiter ends, at the key's next call, or at a sweep). The sequences go
 //! through every one of those changes: whichever form answers, every result, every
 //! `retry_after` and every grant's instant must be the reference's. After every step the
-//! test also looks at each key's form (`Keyed::is_held_whole`): a key whose line is empty
-//! must be a word again, unless a `get` handle let go since may still hold it whole; and
-//! keys must be seen to go whole and come back.
+//! test also counts the keys held whole (`Keyed::keys_held_whole`): every key waited on,
+//! and no other, unless a `get` handle let go since may still hold it whole; and keys must
+//! be seen to go whole and come back.
 //!
 //! `PROPTEST_CASES` sets the number of cases (512 by default).
 
@@ -156,56 +156,57 @@ fn pick_waiting(requests: usize, pick: usize, waiting: impl Fn(usize) -> bool) -
     waiting.get(pick % waiting.len().max(1)).copied()
 }
 
-/// What the test sees of each key's form, through `Keyed::is_held_whole`.
+/// What the test sees of the keys' forms, through `Keyed::keys_held_whole`.
 struct Forms {
-    /// Keys last seen whole.
-    whole: Vec<bool>,
-    /// Keys handed out by `get` since they were last seen as words: the handle is let go
-    /// outside the shard's lock, so it folds nothing, and the key may stay whole until
-    /// its next call or a sweep.
+    /// Keys handed out by `get` since the keys were last seen all as words but those
+    /// waited on: the handle is let go outside the shard's lock, so it folds nothing, and
+    /// the key may stay whole until its next call or a sweep.
     handed_out: Vec<bool>,
-    /// Times a key seen whole was seen as a word again: it folded back.
+    /// Keys held, and held whole, when last looked at.
+    last: (usize, usize),
+    /// Keys seen to fold back: fewer held whole while none was forgotten.
     came_back: usize,
 }
 
 impl Forms {
     fn new() -> Forms {
         Forms {
-            whole: vec![false; usize::from(KEYS)],
             handed_out: vec![false; usize::from(KEYS)],
+            last: (0, 0),
             came_back: 0,
         }
     }
 
-    /// Looks at every key once the tasks have caught up: one whose line is empty
-    /// (`line_empty`) must be a word again unless a `get` handle may hold it whole.
+    /// Looks at the keys once the tasks have caught up: every key with requests in its
+    /// line (`line_empty` false) is whole, and every other key a word again unless a `get`
+    /// handle may hold it whole.
     fn look<L: KeyTemplate>(
         &mut self,
         keyed: &Keyed<u8, L>,
         mut line_empty: impl FnMut(u8) -> bool,
     ) -> Result<(), String> {
-        for key in 0..KEYS {
-            let index = usize::from(key);
-            match keyed.is_held_whole(&key) {
-                Some(true) => {
-                    if line_empty(key) && !self.handed_out[index] {
-                        return Err(format!("key {key} is held whole with its line empty"));
-                    }
-                    self.whole[index] = true;
-                }
-                Some(false) => {
-                    if std::mem::take(&mut self.whole[index]) {
-                        self.came_back += 1;
-                    }
-                    self.handed_out[index] = false;
-                }
-                // Forgotten: no fold, and nothing left to hold it whole.
-                None => {
-                    self.whole[index] = false;
-                    self.handed_out[index] = false;
-                }
+        let waited_on: Vec<bool> = (0..KEYS).map(|key| !line_empty(key)).collect();
+        let must = waited_on.iter().filter(|&&waited| waited).count();
+        let may = (waited_on.iter().zip(&self.handed_out))
+            .filter(|(&waited, &handed_out)| waited || handed_out)
+            .count();
+        let (held, whole) = (keyed.len(), keyed.keys_held_whole());
+        if whole < must || whole > may {
+            return Err(format!(
+                "{whole} keys held whole: {must} waited on, {may} with a line or a handle"
+            ));
+        }
+        if whole == must {
+            // Those waited on are the whole ones: every other key is a word, or forgotten.
+            for (handed_out, waited) in self.handed_out.iter_mut().zip(waited_on) {
+                *handed_out &= waited;
             }
         }
+        let (last_held, last_whole) = self.last;
+        if held >= last_held {
+            self.came_back += last_whole.saturating_sub(whole);
+        }
+        self.last = (held, whole);
         Ok(())
     }
 }

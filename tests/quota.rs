@@ -344,7 +344,11 @@ async fn a_key_reports_its_quota_from_its_word_or_its_limiter_and_is_refunded() 
     );
     keyed.refund(&0, 2);
     assert_eq!(keyed.quota(&0), quota(8, ms(200)));
-    assert_eq!(keyed.is_held_whole(&0), Some(false), "all on its word");
+    assert_eq!(
+        (keyed.len(), keyed.keys_held_whole()),
+        (1, 0),
+        "all on its word"
+    );
     // A refund never fills past the capacity.
     keyed.refund(&0, 100);
     assert_eq!(keyed.quota(&0), quota(10, Duration::ZERO));
@@ -365,7 +369,7 @@ async fn window_keys_report_their_quota_on_words_and_whole() {
     assert_eq!(windows.try_acquire_decision(&0, 4), admitted(1, ms(400)));
     windows.refund(&0, 3);
     assert_eq!(windows.quota(&0), quota(4, ms(400)));
-    assert_eq!(windows.is_held_whole(&0), Some(false));
+    assert_eq!((windows.len(), windows.keys_held_whole()), (1, 0));
     assert_eq!(logs.policy(), policy(5, secs(1)));
     assert_eq!(logs.quota(&0), quota(5, Duration::ZERO));
     assert_eq!(logs.try_acquire_decision(&0, 4), admitted(1, secs(1)));

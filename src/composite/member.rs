@@ -18,8 +18,8 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 
 /// A limiter that can be a member of a composite made by [`all`](crate::all):
 /// [`TokenBucket`], [`FixedWindow`], [`SlidingLog`], [`SlidingWindow`], a reference to
-/// one, an `Arc` of one (what [`Keyed::limiter`](crate::Keyed::limiter) returns for a
-/// key), or a key of a [`Keyed`](crate::Keyed) of one of them
+/// one, an `Arc` of one (what [`Keyed::get_or_insert`](crate::Keyed::get_or_insert)
+/// returns for a key), or a key of a [`Keyed`](crate::Keyed) of one of them
 /// ([`Keyed::member`](crate::Keyed::member), decided on the key's word while nobody waits
 /// on it).
 ///
@@ -48,7 +48,7 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
 ///
 /// let per_user: Keyed<u32, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(5), 5)?);
 /// let global = TokenBucket::new(Rate::per_second(500), 500)?;
-/// let user: Arc<TokenBucket> = per_user.limiter(&7)?;
+/// let user: Arc<TokenBucket> = per_user.get_or_insert(&7)?;
 /// all((user, &global))?.try_acquire(1)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -12,7 +12,7 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::member::as_member;
-use super::{step, Keyed, Step, TooManyKeys};
+use super::{step, Keyed, Step};
 use crate::composite::all;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
@@ -76,8 +76,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         match decided {
             Ok((Step::Decided(joint), _)) => joint,
             Ok((Step::Call(limiter), _)) => on_whole(&*limiter, permits, global),
-            Err(TooManyKeys { max_keys }) => Joint {
-                result: Err(JointRefusal::Key(TryAcquireError::TooManyKeys { max_keys })),
+            Err(refused) => Joint {
+                result: Err(JointRefusal::Key(refused.into())),
                 key: None,
                 global: global.quota(),
             },

@@ -8,7 +8,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
-use super::{step, Keyed, Step, TooManyKeys};
+use super::{step, Keyed, Step};
 use crate::bucket::TokenBucket;
 use crate::composite::{KeyHook, KeyTry, Member, Part, Piece, Refusals, Sealed};
 use crate::error::TryAcquireError;
@@ -163,18 +163,15 @@ where
                 self.keep(limiter);
                 KeyTry::Whole
             }
-            Err(TooManyKeys { max_keys }) => {
-                KeyTry::Refused(TryAcquireError::TooManyKeys { max_keys }, rest(false))
-            }
+            Err(refused) => KeyTry::Refused(refused.into(), rest(false)),
         }
     }
 
     fn whole(&self) -> Result<Part<'_>, TryAcquireError> {
         if self.whole.get().is_none() {
-            let (limiter, _) = self
-                .keyed
-                .with_slot(self.hash, self.key.borrow(), |mut slot, at| slot.whole(at))
-                .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })?;
+            let (limiter, _) =
+                self.keyed
+                    .with_slot(self.hash, self.key.borrow(), |mut slot, at| slot.whole(at))?;
             self.keep(limiter);
         }
         let limiter = self.whole.get().map(|limiter| limiter.part().0);

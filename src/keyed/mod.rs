@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, TryLockError};
 
 use crate::clock::Clock;
-use crate::error::{AcquireError, ConfigError, TryAcquireError};
+use crate::error::{AcquireError, ConfigError, TooManyKeys, TryAcquireError};
 use crate::keyed::compact::Compact;
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::{KeyTemplate, Limiter};
@@ -114,7 +114,7 @@ const QUIET_FACTOR: u64 = 9;
 /// An [`acquire`](Keyed::acquire) whose permits are there, with nobody waiting, is
 /// served on the word too. The whole limiter (a bucket's waiter queue and refill task, a
 /// window's line) is made from the word only when a request must wait, or when
-/// [`get`](Keyed::get) or [`limiter`](Keyed::limiter) hands it out, and holds exactly
+/// [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert) hands it out, and holds exactly
 /// what the word held. It folds back into the word, holding exactly what the limiter
 /// held, once its line is empty, nobody else holds it, and its settings are still the
 /// template's: at once when the last `acquire` that waited in its line ends (served or
@@ -411,8 +411,7 @@ impl<K, L> Keyed<K, L> {
             false => Class::default(),
         };
         observer.too_many_keys(permits, class);
-        let TooManyKeys { max_keys } = refusal;
-        TryAcquireError::TooManyKeys { max_keys }
+        refusal.into()
     }
 }
 
@@ -711,7 +710,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
                 .with_slot(hash, held.key.borrow(), |slot, at| {
                     acquire_step(slot, at, permits)
                 })
-                .map_err(|TooManyKeys { max_keys }| AcquireError::TooManyKeys { max_keys });
+                .map_err(AcquireError::from);
             let observer = &held.keyed.inner.observer;
             let (result, class) = match step {
                 Ok((Step::Decided(result), class)) => (result, class),
@@ -731,9 +730,10 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         }
     }
 
-    /// The whole limiter of `key`, made from the template if the key is new (a key held as
-    /// a word is unfolded into it). The key is not forgotten while the returned `Arc`
-    /// lives, nor while a composite waits in its limiter's line.
+    /// The whole limiter of `key`, inserted from the template if the key is new (a key
+    /// held as a word is unfolded into it); acquires nothing. The key is not forgotten
+    /// while the returned `Arc` lives, nor while a composite waits in its limiter's line.
+    /// [`get`](Keyed::get) is the same for a key already held, and inserts none.
     ///
     /// For a request that takes from this key and from other limiters in one decision,
     /// [`member`](Keyed::member) is the better member: it decides on the key's word while
@@ -742,9 +742,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     ///
     /// # Errors
     ///
-    /// [`TryAcquireError::TooManyKeys`] when `key` is new,
-    /// [`max_keys`](KeyedBuilder::max_keys) keys are held, and no room could be made (see
-    /// [the memory bound](Keyed#the-memory-bound)).
+    /// [`TooManyKeys`] when `key` is new, [`max_keys`](KeyedBuilder::max_keys) keys are
+    /// held, and no room could be made (see [the memory bound](Keyed#the-memory-bound)).
     ///
     /// # Examples
     ///
@@ -758,20 +757,47 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     ///     Keyed::new(TokenBucket::new(Rate::per_second(5), 5)?);
     /// let global = TokenBucket::new(Rate::per_second(500), 500)?;
     /// let client: IpAddr = "192.0.2.1".parse()?;
-    /// all((per_ip.limiter(&client)?, &global))?.acquire(1).await?;
+    /// all((per_ip.get_or_insert(&client)?, &global))?.acquire(1).await?;
     /// assert_eq!(per_ip.get(&client).map(|bucket| bucket.available()), Some(4));
     /// assert_eq!(global.available(), 499);
     /// # Ok(())
     /// # }
     /// ```
+    pub fn get_or_insert<Q>(&self, key: &Q) -> Result<Arc<L>, TooManyKeys>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let (limiter, _) = self.with_slot(self.hash(key), key, |mut slot, at| slot.whole(at))?;
+        Ok(self.with_keys_part(limiter))
+    }
+
+    /// [`get_or_insert`](Keyed::get_or_insert) under its old name, with its refusal as a
+    /// [`TryAcquireError::TooManyKeys`].
+    ///
+    /// # Errors
+    ///
+    /// [`TryAcquireError::TooManyKeys`] when `get_or_insert` refuses the key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #![allow(deprecated)]
+    /// use token_bucket::{Keyed, Limiter, Rate, TokenBucket};
+    ///
+    /// let per_key: Keyed<u8, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(1), 2)?);
+    /// assert_eq!(per_key.limiter(&7)?.available(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[deprecated(
+        note = "use `get_or_insert`: it inserts the key, acquires nothing, and refuses only with `TooManyKeys`"
+    )]
     pub fn limiter<Q>(&self, key: &Q) -> Result<Arc<L>, TryAcquireError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.with_slot(self.hash(key), key, |mut slot, at| slot.whole(at))
-            .map(|(limiter, _)| self.with_keys_part(limiter))
-            .map_err(|TooManyKeys { max_keys }| TryAcquireError::TooManyKeys { max_keys })
+        Ok(self.get_or_insert(key)?)
     }
 
     /// The limiter of `key`, if the key is held; `None` if it was never seen or was
@@ -816,36 +842,39 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         Some(self.with_keys_part(limiter))
     }
 
-    /// Whether `key` is held as its whole limiter (`Some(true)`) or as its state word
-    /// alone (`Some(false)`); `None` when it is not held. For the crate's own tests, which
-    /// check that keys fold back into their words (see
-    /// [how a key is held](Keyed#how-a-key-is-held)): not part of the API, and it may
-    /// change in any release.
+    /// Keys held whole now: each as its whole limiter (a bucket's waiter queue and refill
+    /// task, a window's line), about 950 bytes for a bucket, rather than as its state word
+    /// alone (see [how a key is held](Keyed#how-a-key-is-held)). With [`len`](Keyed::len),
+    /// what the keys cost in memory. A key is whole while requests wait on it or a handle
+    /// from [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert) holds it, and
+    /// folds back into its word after; every key of a limiter with no one-word form (a
+    /// [`SlidingLog`](crate::SlidingLog), a [`SlidingWindow`](crate::SlidingWindow), a
+    /// limiter of your own) is whole. Locks each shard in turn.
+    ///
+    /// # Examples
     ///
     /// ```
     /// use token_bucket::{Keyed, Rate, TokenBucket};
     ///
     /// let per_key: Keyed<u8, TokenBucket> = Keyed::new(TokenBucket::new(Rate::per_second(1), 1)?);
-    /// assert_eq!(per_key.is_held_whole(&0), None);
     /// per_key.try_acquire(&0, 1)?;
-    /// assert_eq!(per_key.is_held_whole(&0), Some(false));
+    /// per_key.try_acquire(&1, 1)?;
+    /// assert_eq!((per_key.len(), per_key.keys_held_whole()), (2, 0));
     /// let handle = per_key.get(&0);
-    /// assert_eq!(per_key.is_held_whole(&0), Some(true));
+    /// assert_eq!(per_key.keys_held_whole(), 1);
+    /// drop(handle);
+    /// per_key.try_acquire(&0, 0)?; // the key's next call folds it back
+    /// assert_eq!(per_key.keys_held_whole(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    #[doc(hidden)]
-    pub fn is_held_whole<Q>(&self, key: &Q) -> Option<bool>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let hash = self.hash(key);
-        self.shard(hash).is_whole(hash, key)
+    pub fn keys_held_whole(&self) -> usize {
+        let shards = self.inner.shards.iter();
+        shards.map(|shard| lock(shard).wholes()).sum()
     }
 
     /// Forgets every key whose limiter is [idle](KeyTemplate::is_idle) and held by nobody
     /// else (no [`acquire`](Keyed::acquire) waiting in its line, no `Arc` from
-    /// [`get`](Keyed::get) or [`limiter`](Keyed::limiter); an `acquire` not yet polled, or
+    /// [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert); an `acquire` not yet polled, or
     /// served on the key's word, holds nothing),
     /// and returns how many it forgot. Their memory is freed, and the maps give back their
     /// spare room. Whole limiters held by nobody else, that nobody waits on and whose
@@ -1227,11 +1256,6 @@ impl<K: Hash + Eq, L: KeyTemplate> Drop for Held<K, L> {
     }
 }
 
-/// Refusal of a new key: the bound that was reached.
-struct TooManyKeys {
-    max_keys: usize,
-}
-
 /// A key counted before its limiter is made; uncounted again if making it panics.
 struct Reservation<'a> {
     keys: &'a AtomicUsize,
@@ -1438,7 +1462,7 @@ impl<K, L: KeyTemplate> KeyedBuilder<K, L> {
     /// it is built, with the recorder installed then.
     ///
     /// What it leaves out: the calls on a key's limiter handed out by
-    /// [`get`](Keyed::get) or [`limiter`](Keyed::limiter), and its keys' part in
+    /// [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert), and its keys' part in
     /// composites ([`member`](Keyed::member)).
     ///
     /// # Examples

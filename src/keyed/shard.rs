@@ -207,12 +207,16 @@ impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
         self.entries.len()
     }
 
+    /// Keys held whole.
+    pub(super) fn wholes(&self) -> usize {
+        self.wholes.limiters.len() - self.wholes.free.len()
+    }
+
     /// Which form the shard's keys are in: for tests.
     #[cfg(all(test, not(loom)))]
     pub(super) fn forms(&self) -> Forms {
-        let wholes = self.wholes.limiters.iter().filter(|held| held.is_some());
         Forms {
-            wholes: wholes.count(),
+            wholes: self.wholes(),
             made: self.wholes.made,
             base: self.base,
         }
@@ -220,6 +224,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
 
     /// Whether `key`, whose hash is `hash`, is held whole (`Some(true)`) or as a word
     /// (`Some(false)`); `None` when it is not held.
+    #[cfg(all(test, not(loom)))]
     pub(super) fn is_whole<Q>(&self, hash: u64, key: &Q) -> Option<bool>
     where
         K: Borrow<Q>,

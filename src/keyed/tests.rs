@@ -17,6 +17,13 @@ fn wholes<K: Hash + Eq, L: KeyTemplate>(keyed: &Keyed<K, L>) -> usize {
     keyed.forms().iter().map(|forms| forms.wholes).sum()
 }
 
+/// Whether `key` is held as its whole limiter (`Some(true)`) or as its state word alone
+/// (`Some(false)`); `None` when it is not held.
+fn is_held_whole<K: Hash + Eq, L: KeyTemplate>(keyed: &Keyed<K, L>, key: &K) -> Option<bool> {
+    let hash = keyed.hash(key);
+    keyed.shard(hash).is_whole(hash, key)
+}
+
 /// Whole limiters made so far.
 fn made<K: Hash + Eq, L: KeyTemplate>(keyed: &Keyed<K, L>) -> usize {
     keyed.forms().iter().map(|forms| forms.made).sum()
@@ -79,13 +86,13 @@ async fn a_key_is_a_word_until_it_must_wait_and_folds_back_as_its_last_waiter_is
     assert_eq!(keyed.try_acquire(&1, 1), limited(Duration::from_secs(3)));
     assert_eq!(first.await.unwrap(), (Ok(()), Duration::from_secs(1)));
     assert_eq!(
-        keyed.is_held_whole(&1),
+        is_held_whole(&keyed, &1),
         Some(true),
         "the second still waits"
     );
     assert_eq!(second.await.unwrap(), (Ok(()), Duration::from_secs(2)));
     // Folded as the last waiter was served, with nothing else done to the key.
-    assert_eq!(keyed.is_held_whole(&1), Some(false));
+    assert_eq!(is_held_whole(&keyed, &1), Some(false));
     assert_eq!(wholes(&keyed), 0);
     // The bucket is empty as of the grant at 2 s: the word holds exactly that.
     assert_eq!(keyed.try_acquire(&1, 1), limited(Duration::from_secs(1)));
@@ -126,10 +133,10 @@ async fn a_key_folds_back_as_its_last_waiter_is_dropped_and_a_get_handle_keeps_i
     keyed.try_acquire(&0, 1).unwrap();
     let mut waiter = tokio_test::task::spawn(keyed.acquire(&0, 1));
     tokio_test::assert_pending!(waiter.poll());
-    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
     drop(waiter);
     assert_eq!(
-        keyed.is_held_whole(&0),
+        is_held_whole(&keyed, &0),
         Some(false),
         "folded as it was dropped"
     );
@@ -141,17 +148,17 @@ async fn a_key_folds_back_as_its_last_waiter_is_dropped_and_a_get_handle_keeps_i
     tokio::task::yield_now().await;
     let handle = keyed.get(&0).unwrap();
     assert_eq!(waiter.await.unwrap(), (Ok(()), Duration::from_secs(1)));
-    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
     assert_eq!(handle.available(), 0);
     drop(handle);
     // Let go outside the shard's lock, the handle folds nothing; the next call does.
-    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
     assert_eq!(keyed.try_acquire(&0, 1), limited(Duration::from_secs(1)));
-    assert_eq!(keyed.is_held_whole(&0), Some(false));
+    assert_eq!(is_held_whole(&keyed, &0), Some(false));
     // A sweep folds too.
     drop(keyed.get(&0));
     assert_eq!(keyed.retain_recent(), 0, "the bucket is empty: not idle");
-    assert_eq!(keyed.is_held_whole(&0), Some(false));
+    assert_eq!(is_held_whole(&keyed, &0), Some(false));
 }
 
 #[tokio::test(start_paused = true)]
@@ -199,24 +206,24 @@ async fn a_capacity_set_through_get_holds_until_the_key_is_forgotten() {
         })
     };
     assert_eq!(keyed.try_acquire(&"a", 4), limited(Duration::from_secs(4)));
-    assert_eq!(keyed.is_held_whole(&"a"), Some(true), "its own capacity");
+    assert_eq!(is_held_whole(&keyed, &"a"), Some(true), "its own capacity");
     advance(Duration::from_secs(3)).await;
     assert_eq!(keyed.retain_recent(), 0, "3 of 4 tokens: not idle");
-    assert_eq!(keyed.is_held_whole(&"a"), Some(true));
+    assert_eq!(is_held_whole(&keyed, &"a"), Some(true));
     advance(Duration::from_secs(1)).await;
     keyed.try_acquire(&"a", 4).unwrap();
     // Full again at 8 s, it is forgotten, and comes back as the template.
     advance(Duration::from_secs(4)).await;
     assert_eq!(keyed.retain_recent(), 1);
     assert_eq!(keyed.try_acquire(&"a", 4), exceeds(2));
-    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    assert_eq!(is_held_whole(&keyed, &"a"), Some(false));
     // Set back to the template's, the key folds again, holding what the bucket held.
     let handle = keyed.get(&"a").unwrap();
     handle.set_capacity(3).unwrap();
     handle.set_capacity(2).unwrap();
     drop(handle);
     keyed.try_acquire(&"a", 2).unwrap();
-    assert_eq!(keyed.is_held_whole(&"a"), Some(false));
+    assert_eq!(is_held_whole(&keyed, &"a"), Some(false));
     assert_eq!(keyed.try_acquire(&"a", 1), limited(Duration::from_secs(1)));
 }
 
@@ -420,7 +427,7 @@ async fn a_joint_decision_on_a_whole_key_keeps_its_line_and_is_all_or_nothing() 
     keyed.try_acquire(&0, 1).unwrap();
     let waiter = spawn_acquire(&keyed, 0, 1);
     tokio::task::yield_now().await;
-    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
     // Behind the waiter: its token comes at 1 s, ours at 2 s. The bucket is full again
     // once the waiter's token and a full bucket have accrued.
     assert_eq!(
@@ -558,7 +565,7 @@ async fn a_joint_decision_with_a_global_limiter_that_leads_elsewhere_is_still_al
         keyed.try_acquire(&0, 0).unwrap();
         keyed.get(&0)
     });
-    assert_eq!(keyed.is_held_whole(&0), Some(true));
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
     assert!(keyed.try_acquire_with(&0, 1, &global).result.is_ok());
     assert_eq!(
         (
