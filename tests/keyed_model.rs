@@ -30,8 +30,8 @@ use common::model::{Kind, Model, ModelRate, Setup, Status, TryTakeRefusal, NO_DE
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{
-    AcquireError, FixedWindow, KeyTemplate, Keyed, Limiter, TakeError, TokenBucket,
-    TryAcquireError, TryTakeError,
+    AcquireError, FixedWindow, KeyTemplate, Keyed, TakeError, TokenBucket, TryAcquireError,
+    TryTakeError,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::admissions::{check_never_over, check_the_checker, Admission};
 use common::{limiters, ms, ns, retry_after, secs};
-use token_bucket::{ConfigError, KeyTemplate, Limiter, SlidingLog};
+use token_bucket::{ConfigError, KeyTemplate, SlidingLog};
 use tokio::time::{advance, Instant};
 
 fn log(limit: u64, window: Duration) -> SlidingLog {

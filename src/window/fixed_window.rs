@@ -885,7 +885,7 @@ impl crate::KeyTemplate for FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, KeyTemplate, Limiter};
+    /// use token_bucket::{FixedWindow, KeyTemplate};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -908,7 +908,7 @@ impl crate::KeyTemplate for FixedWindow {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use token_bucket::{FixedWindow, KeyTemplate, Limiter, TryAcquireError};
+    /// use token_bucket::{FixedWindow, KeyTemplate, TryAcquireError};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
