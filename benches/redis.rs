@@ -1,9 +1,9 @@
 //! Decisions per second of the Redis limiters (issue 6), with 1, 8 and 64 concurrent
 //! tasks, beside the floor: a plain `INCR` + `PEXPIRE` pipeline, one round trip that
 //! decides nothing atomically but costs what any one-round-trip limiter must. Then two
-//! limits per request (issue 14): `all([bucket, window])`, one script call over both
-//! keys, beside the same two limiters asked one after the other (two round trips, and
-//! not all or nothing).
+//! limits per request (issue 14): `RedisAll::new([bucket, window])`, one script call over
+//! both keys, beside the same two limiters asked one after the other (two round trips,
+//! and not all or nothing).
 //!
 //! # Running
 //!
@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use token_bucket::redis::driver::aio::ConnectionManager;
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    all, FailurePolicy, RedisAlgorithm, RedisFixedWindow, RedisLimiter, RedisOptions,
+    FailurePolicy, RedisAlgorithm, RedisAll, RedisFixedWindow, RedisLimiter, RedisOptions,
     RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::Rate;
@@ -151,7 +151,7 @@ fn print_tables(rows: &[(usize, [Measured; 4])], pairs: &[(usize, [Measured; 2])
     println!();
     println!("Two limits per request, a token bucket and a fixed window, each on the task's key:");
     println!();
-    println!("| tasks | two calls, one after the other: decisions/s; µs each; µs in Redis | `all([bucket, window])`: decisions/s; µs each; µs in Redis | `all` / two calls, decisions/s |");
+    println!("| tasks | two calls, one after the other: decisions/s; µs each; µs in Redis | `RedisAll::new([bucket, window])`: decisions/s; µs each; µs in Redis | `RedisAll` / two calls, decisions/s |");
     println!("| --- | --- | --- | --- |");
     for (tasks, [separate, together]) in pairs {
         let cell = |measured: Measured| {
@@ -173,7 +173,7 @@ fn print_tables(rows: &[(usize, [Measured; 4])], pairs: &[(usize, [Measured; 2])
 }
 
 /// Each number of tasks with its figures: one limit per request (the floor and each
-/// limiter), and two (asked one after the other, and together through `all`).
+/// limiter), and two (asked one after the other, and together through `RedisAll`).
 type Rows = (Vec<(usize, [Measured; 4])>, Vec<(usize, [Measured; 2])>);
 
 async fn measure_all(url: &str) -> Rows {
@@ -243,7 +243,7 @@ async fn measure_all(url: &str) -> Rows {
         let (first, second) = (bucket.clone(), window.clone());
         let together = run("all", tasks, &admin, &["evalsha"], move |task| {
             let key = format!("user-{task}");
-            let limits = all([first.member(&key), second.member(&key)]);
+            let limits = RedisAll::new([first.member(&key), second.member(&key)]);
             async move { limits.try_acquire(1).await.expect("granted") }
         })
         .await;

@@ -25,7 +25,7 @@ use token_bucket::observe::{self, REDIS_DECISIONS, REDIS_LEASE_CALLS};
 use token_bucket::redis::driver::aio::{ConnectionManager, ConnectionManagerConfig};
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    all, FailurePolicy, LeaseOptions, RedisFixedWindow, RedisLimitError, RedisOptions,
+    FailurePolicy, LeaseOptions, RedisAll, RedisFixedWindow, RedisLimitError, RedisOptions,
     RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::{Rate, TryAcquireError};
@@ -213,7 +213,7 @@ async fn named_redis_limiters_count_their_decisions_and_outages_exactly() {
 
     // One decision over two named limiters and an unnamed one: all admit, then the
     // per-user limit refuses, and only it counts the refusal.
-    let both = all([
+    let both = RedisAll::new([
         per_user.member("{tenant-7}:user-1"),
         per_tenant.member("{tenant-7}"),
         unnamed.member("{tenant-7}"),

@@ -33,8 +33,8 @@ use token_bucket::redis::driver::aio::{
 };
 use token_bucket::redis::driver::{self, Client};
 use token_bucket::redis::{
-    all, FailurePolicy, RedisAlgorithm, RedisAll, RedisConnection, RedisFixedWindow,
-    RedisLimitError, RedisLimiter, RedisOptions, RedisSlidingLog, RedisTokenBucket,
+    FailurePolicy, RedisAlgorithm, RedisAll, RedisConnection, RedisFixedWindow, RedisLimitError,
+    RedisLimiter, RedisOptions, RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::{ConfigError, Rate, TokenBucket};
 
@@ -156,7 +156,7 @@ async fn the_limiters_decide_over_a_multiplexed_connection_too() {
     // makes the call.
     let managed = hourly_bucket(connect(&server).await, 3);
     let multiplexed = hourly_log(connection().await, 2);
-    let both = all([multiplexed.member("k"), managed.member("k")]);
+    let both = RedisAll::new([multiplexed.member("k"), managed.member("k")]);
     both.try_acquire(2).await.unwrap();
     assert!(is_limited(both.try_acquire(1).await));
     managed.try_acquire("k", 1).await.unwrap();
@@ -936,7 +936,7 @@ fn the_futures_are_send() {
         let limiter = RedisFixedWindow::new(connection, 5, HOUR, fail_open()).unwrap();
         assert_send(&limiter.try_acquire("user", 1));
         assert_send(&limiter.acquire("user", 1));
-        let limits = all([limiter.member("user")]);
+        let limits = RedisAll::new([limiter.member("user")]);
         assert_send(&limits.try_acquire(1));
         assert_send(&limits.acquire(1));
         // Members own their limiters: a decision can be moved into a task of its own.
@@ -945,7 +945,7 @@ fn the_futures_are_send() {
     });
 }
 
-// Several limits, one decision: `redis::all` (issue 14, part 3).
+// Several limits, one decision: `RedisAll` (issue 14, part 3).
 
 /// How long `limits` tells `permits` to wait.
 async fn all_wait_for(limits: &RedisAll, permits: u64) -> Duration {
@@ -969,10 +969,12 @@ async fn all_takes_from_every_member_or_from_none() {
     let window = hourly_window(connection.clone(), 1);
     let log = hourly_log(connection, 3);
     let members = |key: &str| [bucket.member(key), window.member(key), log.member(key)];
-    all(members("user")).try_acquire(1).await.unwrap();
+    RedisAll::new(members("user")).try_acquire(1).await.unwrap();
     // The window is spent: every later decision refuses, and takes nothing anywhere.
     for _ in 0..5 {
-        assert!(is_limited(all(members("user")).try_acquire(1).await));
+        assert!(is_limited(
+            RedisAll::new(members("user")).try_acquire(1).await
+        ));
     }
     bucket.try_acquire("user", 4).await.unwrap();
     assert!(is_limited(bucket.try_acquire("user", 1).await));
@@ -983,12 +985,12 @@ async fn all_takes_from_every_member_or_from_none() {
     // still admits its whole burst.
     let fresh = bucket.member("fresh");
     assert!(is_limited(
-        all([fresh.clone(), window.member("user")])
+        RedisAll::new([fresh.clone(), window.member("user")])
             .try_acquire(1)
             .await
     ));
     assert!(is_limited(
-        all([window.member("user"), fresh.clone()])
+        RedisAll::new([window.member("user"), fresh.clone()])
             .try_acquire(1)
             .await
     ));
@@ -1018,8 +1020,8 @@ async fn all_waits_for_the_latest_refusal_and_that_is_enough() {
     log.try_acquire("k", 2).await.unwrap();
 
     for limits in [
-        all([bucket.member("k"), window.member("k"), log.member("k")]),
-        all([log.member("k"), window.member("k"), bucket.member("k")]),
+        RedisAll::new([bucket.member("k"), window.member("k"), log.member("k")]),
+        RedisAll::new([log.member("k"), window.member("k"), bucket.member("k")]),
     ] {
         let start = Instant::now();
         let latest = all_wait_for(&limits, 1).await;
@@ -1042,7 +1044,7 @@ async fn all_waits_for_the_latest_refusal_and_that_is_enough() {
         );
     }
     // Waiting that long is enough for all of them at once.
-    let limits = all([bucket.member("k"), window.member("k"), log.member("k")]);
+    let limits = RedisAll::new([bucket.member("k"), window.member("k"), log.member("k")]);
     let wait = all_wait_for(&limits, 1).await;
     tokio::time::sleep(wait).await;
     limits
@@ -1061,7 +1063,7 @@ async fn all_waits_for_the_latest_refusal_and_that_is_enough() {
     .unwrap();
     bucket.try_acquire("h", 1).await.unwrap();
     window.try_acquire("h", 1).await.unwrap();
-    let wait = all_wait_for(&all([window.member("h"), bucket.member("h")]), 1).await;
+    let wait = all_wait_for(&RedisAll::new([window.member("h"), bucket.member("h")]), 1).await;
     assert!(
         wait <= HOUR && wait > HOUR - Duration::from_secs(5),
         "{wait:?}"
@@ -1072,7 +1074,7 @@ async fn all_waits_for_the_latest_refusal_and_that_is_enough() {
 async fn a_key_named_twice_counts_twice() {
     let server = RedisServer::start();
     let bucket = hourly_bucket(connect(&server).await, 10);
-    let twice = all([bucket.member("k"), bucket.member("k")]);
+    let twice = RedisAll::new([bucket.member("k"), bucket.member("k")]);
     twice.try_acquire(3).await.unwrap();
     // 6 taken: 4 left.
     bucket.try_acquire("k", 4).await.unwrap();
@@ -1084,7 +1086,7 @@ async fn a_key_named_twice_counts_twice() {
         "{wait:?}"
     );
     // Twice 6 can never fit in 10: refused at once, naming the sum.
-    let error = all([bucket.member("j"), bucket.clone().member("j")])
+    let error = RedisAll::new([bucket.member("j"), bucket.clone().member("j")])
         .try_acquire(6)
         .await
         .unwrap_err();
@@ -1099,7 +1101,7 @@ async fn a_key_named_twice_counts_twice() {
         "{error:?}"
     );
     // Through a clone it is the same key: 5 + 5 take all of j's 10.
-    all([bucket.member("j"), bucket.clone().member("j")])
+    RedisAll::new([bucket.member("j"), bucket.clone().member("j")])
         .try_acquire(5)
         .await
         .unwrap();
@@ -1116,7 +1118,7 @@ async fn many_tasks_through_all_never_exceed_any_member() {
     let (each_bucket, each_window, each_log) = (bucket.clone(), window.clone(), log.clone());
     let results = thirty_two_tasks_try_five_times(move || {
         // Made per request, as a server would.
-        let limits = all([
+        let limits = RedisAll::new([
             each_bucket.member("shared"),
             each_window.member("shared"),
             each_log.member("shared"),
@@ -1145,17 +1147,27 @@ async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
         RedisTokenBucket::new(connection.clone(), Rate::per_hour(1), 5, fail_open()).unwrap();
     let three = RedisFixedWindow::new(connection.clone(), 3, HOUR, fail_open()).unwrap();
 
-    let none = all(std::iter::empty());
+    let none = RedisAll::new(std::iter::empty());
     for permits in [0, 1] {
         let error = none.try_acquire(permits).await.unwrap_err();
         assert!(matches!(error, RedisLimitError::NoMembers), "{error:?}");
     }
     assert_eq!(
         none.acquire(1).await.unwrap_err().to_string(),
-        "a decision over all of no limiters: `redis::all` was given no members"
+        "a decision over all of no limiters: `RedisAll::new` was given no members"
     );
+    // Under its old name, for one more release.
+    #[allow(deprecated)]
+    let old_name = token_bucket::redis::all([five.member("k")]);
+    assert!(matches!(
+        old_name.try_acquire(6).await,
+        Err(RedisLimitError::ExceedsLimit {
+            requested: 6,
+            limit: 5
+        })
+    ));
 
-    let both = all([five.member("k"), three.member("k")]);
+    let both = RedisAll::new([five.member("k"), three.member("k")]);
     let error = both.try_acquire(4).await.unwrap_err();
     assert!(
         matches!(
@@ -1185,7 +1197,7 @@ async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
     let second = Duration::from_secs(1);
     let per_second = RedisFixedWindow::new(connection.clone(), 10, second, fail_open()).unwrap();
     let per_day = RedisFixedWindow::new(connection.clone(), 1_000, 24 * HOUR, fail_open()).unwrap();
-    let clash = all([per_second.member("{u}"), per_day.member("{u}")]);
+    let clash = RedisAll::new([per_second.member("{u}"), per_day.member("{u}")]);
     for permits in [0, 1] {
         let error = clash.try_acquire(permits).await.unwrap_err();
         assert!(
@@ -1200,7 +1212,7 @@ async fn all_refuses_what_it_could_never_grant_without_asking_redis() {
     );
     // The same settings may share the key: it counts twice.
     let twin = RedisFixedWindow::new(connection, 10, second, fail_open()).unwrap();
-    all([per_second.member("{u}"), twin.member("{u}")])
+    RedisAll::new([per_second.member("{u}"), twin.member("{u}")])
         .try_acquire(0)
         .await
         .unwrap();
@@ -1218,7 +1230,7 @@ async fn all_fails_closed_if_any_member_does_and_times_out_at_the_shortest() {
     let closed = RedisFixedWindow::new(gone, 5, HOUR, fail_closed()).unwrap();
 
     // All fail open: allowed, and counted once by each limiter, even one named twice.
-    let open_only = all([open.member("a"), also_open.member("a"), open.member("b")]);
+    let open_only = RedisAll::new([open.member("a"), also_open.member("a"), open.member("b")]);
     open_only.try_acquire(1).await.unwrap();
     open_only.acquire(1).await.unwrap();
     assert_eq!(
@@ -1228,8 +1240,8 @@ async fn all_fails_closed_if_any_member_does_and_times_out_at_the_shortest() {
 
     // One fails closed: the decision does.
     for limits in [
-        all([open.member("a"), closed.member("a")]),
-        all([closed.member("a"), open.member("a")]),
+        RedisAll::new([open.member("a"), closed.member("a")]),
+        RedisAll::new([closed.member("a"), open.member("a")]),
     ] {
         let error = limits.try_acquire(1).await.unwrap_err();
         assert!(
@@ -1260,7 +1272,7 @@ async fn all_fails_closed_if_any_member_does_and_times_out_at_the_shortest() {
     )
     .unwrap();
     let start = Instant::now();
-    let error = all([slow.member("a"), quick.member("a")])
+    let error = RedisAll::new([slow.member("a"), quick.member("a")])
         .try_acquire(1)
         .await
         .unwrap_err();
@@ -1288,13 +1300,13 @@ async fn all_runs_on_the_first_members_connection() {
     let elsewhere = RedisFixedWindow::new(gone, 5, HOUR, fail_closed()).unwrap();
     // First the unreachable one: nothing is decided.
     assert!(matches!(
-        all([elsewhere.member("k"), here.member("k")])
+        RedisAll::new([elsewhere.member("k"), here.member("k")])
             .try_acquire(1)
             .await,
         Err(RedisLimitError::Unavailable { .. })
     ));
     // First the reachable one: both keys are decided in its Redis.
-    all([here.member("k"), elsewhere.member("k")])
+    RedisAll::new([here.member("k"), elsewhere.member("k")])
         .try_acquire(1)
         .await
         .unwrap();
@@ -1308,7 +1320,7 @@ async fn all_loads_its_script_once_and_again_after_a_flush() {
     let connection = connect(&server).await;
     let bucket = hourly_bucket(connection.clone(), 100);
     let log = hourly_log(connection, 100);
-    let limits = all([bucket.member("user"), log.member("user")]);
+    let limits = RedisAll::new([bucket.member("user"), log.member("user")]);
     // A decision on one key runs its algorithm's script, one on several keys the script
     // with every algorithm: three scripts here, each loaded once.
     for _ in 0..2 {
@@ -1403,8 +1415,11 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         key_slot(&mut admin, &bucket.redis_key("user-42")).await,
         key_slot(&mut admin, &window.redis_key("user-42")).await
     );
-    let error =
-        refused_cross_slot(&all([bucket.member("user-42"), window.member("user-42")])).await;
+    let error = refused_cross_slot(&RedisAll::new([
+        bucket.member("user-42"),
+        window.member("user-42"),
+    ]))
+    .await;
     let text = error.to_string();
     assert!(
         text.contains("hash tag") && text.contains("same slot"),
@@ -1412,7 +1427,7 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
     );
     assert!(std::error::Error::source(&error).is_some());
     // With one tag, one slot: decided.
-    let tagged = all([
+    let tagged = RedisAll::new([
         bucket.member("{user-42}"),
         window.member("{user-42}:search"),
     ]);
@@ -1425,14 +1440,14 @@ async fn on_a_cluster_the_keys_of_all_need_one_hash_tag() {
         |prefix: &str| bucket_and_window(connection.clone(), fail_open().with_prefix(prefix));
     let (bucket, window) = braced("limits{");
     assert!(matches!(
-        all([bucket.member("{user-42}"), window.member("{user-42}")])
+        RedisAll::new([bucket.member("{user-42}"), window.member("{user-42}")])
             .try_acquire(1)
             .await,
         Err(RedisLimitError::CrossSlot { .. })
     ));
     // A whole tag in the prefix puts every key of its limiters in one slot.
     let (bucket, window) = braced("{limits}:");
-    all([bucket.member("user-42"), window.member("user-7")])
+    RedisAll::new([bucket.member("user-42"), window.member("user-7")])
         .try_acquire(1)
         .await
         .unwrap();

@@ -13,8 +13,8 @@ use super::response::RefusalKind;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::quota::{Decision, Policy};
 use crate::redis::{
-    all, AllDecision, LeaseOptions, LeasedBucket, RedisAlgorithm, RedisConnection, RedisLimitError,
-    RedisLimiter, RedisMember, TokenBucketScript,
+    AllDecision, LeaseOptions, LeasedBucket, RedisAlgorithm, RedisAll, RedisConnection,
+    RedisLimitError, RedisLimiter, RedisMember, TokenBucketScript,
 };
 
 /// The limits of a layer built by [`RateLimitLayer::redis_builder`], in Redis: a key of
@@ -238,7 +238,7 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimits<A, C> {
         let Some(global) = global else {
             return Self::try_decide_key(per_key, key, cost).await;
         };
-        let both = all([per_key.member(key), global.clone()]);
+        let both = RedisAll::new([per_key.member(key), global.clone()]);
         match both.try_acquire_decision(cost).await {
             Ok(decision) => {
                 // The client's key is to blame when both refused, as in process.

@@ -1,4 +1,4 @@
-//! [`all`]: one decision over several Redis limiters, each on its own key, in one script
+//! [`RedisAll`]: one decision over several Redis limiters, each on its own key, in one script
 //! call: every member takes, or none does.
 
 use std::fmt;
@@ -15,7 +15,7 @@ use crate::error::TryAcquireError;
 use crate::quota::{Decision, Policy};
 
 /// A limiter paired with a key: one member of a decision over several limits, made by
-/// [`RedisLimiter::member`] and put together with others by [`all`].
+/// [`RedisLimiter::member`] and put together with others by [`RedisAll::new`].
 ///
 /// It holds a clone of the limiter (a reference count, as [`RedisLimiter`] is a handle),
 /// not a borrow, so a [`RedisAll`] made of members can be kept, moved into a spawned
@@ -103,13 +103,13 @@ impl fmt::Debug for RedisMember {
 
 impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// This limiter on `key`, as one member of a decision over several limits: see
-    /// [`all`]. Its Redis key is [`redis_key(key)`](Self::redis_key); on Redis Cluster,
+    /// [`RedisAll::new`]. Its Redis key is [`redis_key(key)`](Self::redis_key); on Redis Cluster,
     /// give every member's key the same hash tag, such as `{user-42}`.
     ///
     /// ```no_run
     /// use std::time::Duration;
     /// use token_bucket::redis::{
-    ///     all, driver, FailurePolicy, RedisFixedWindow, RedisOptions, RedisTokenBucket,
+    ///     driver, FailurePolicy, RedisAll, RedisFixedWindow, RedisOptions, RedisTokenBucket,
     /// };
     /// use token_bucket::Rate;
     ///
@@ -123,7 +123,7 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
     /// let day = Duration::from_secs(86_400);
     /// let per_day = RedisFixedWindow::new(connection, 10_000, day, options)?;
     /// // 5 a second with bursts of 10, and 10,000 a day: both take, or neither does.
-    /// all([per_second.member("{user-42}"), per_day.member("{user-42}")])
+    /// RedisAll::new([per_second.member("{user-42}"), per_day.member("{user-42}")])
     ///     .try_acquire(1)
     ///     .await?;
     /// # Ok(())
@@ -139,14 +139,14 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
 
 /// One decision over several limits: every member (a limiter and a key, from
 /// [`RedisLimiter::member`]) must allow the request, and then every one takes it; if any
-/// refuses, none takes anything. Made by [`all`], which documents how it decides.
+/// refuses, none takes anything. Made by [`RedisAll::new`], which documents how it decides.
 ///
 /// Clones share the members' limiters, as clones of a limiter do.
 ///
 /// ```no_run
 /// use std::time::Duration;
 /// use token_bucket::redis::{
-///     all, driver, FailurePolicy, RedisOptions, RedisSlidingLog, RedisTokenBucket,
+///     driver, FailurePolicy, RedisAll, RedisOptions, RedisSlidingLog, RedisTokenBucket,
 /// };
 /// use token_bucket::Rate;
 ///
@@ -159,7 +159,7 @@ impl<A: RedisAlgorithm, C: RedisConnection> RedisLimiter<A, C> {
 /// let per_user = RedisSlidingLog::new(connection.clone(), 3, minute, options.clone())?;
 /// let per_tenant = RedisTokenBucket::new(connection, Rate::per_second(50), 100, options)?;
 /// // Made once, used for every request of this user. One hash tag: one cluster slot.
-/// let limits = all([
+/// let limits = RedisAll::new([
 ///     per_user.member("{tenant-7}:user-42"),
 ///     per_tenant.member("{tenant-7}"),
 /// ]);
@@ -183,170 +183,195 @@ pub struct RedisAll {
     conflict: Option<String>,
 }
 
-/// One decision over all of `members`: [`RedisAll::try_acquire`] takes the permits from
-/// every member if every one allows them now, or from none.
-///
-/// # How it decides
-///
-/// - **One script call, atomic.** Every member's key is decided in one Lua script run by
-///   Redis (one `EVALSHA`; each algorithm's Lua is the single limiters' own): each key is
-///   read and decided at the same instant of the server's clock, by its own limiter's
-///   algorithm and settings, so members may be of different algorithms (a token bucket
-///   per user and a fixed window per tenant, say). If all allow, all take; if any
-///   refuses, the script writes nothing at all.
-/// - **`retry_after` is the latest of the refusing members' waits**, which is when they
-///   would all allow the request, if nobody else takes meanwhile: never shorter than the
-///   true wait. That the latest of the separate waits is exactly that instant rests on
-///   two facts: a refusal changes no member's state (so each member's wait holds as
-///   computed), and once a member allows a request it keeps allowing it as time passes
-///   (tokens only accrue, windows only end, logged permits only stop counting), so the
-///   members that allow now still allow then. Whole milliseconds, rounded up.
-/// - **A key named twice counts twice.** Members on the same Redis key (the same limiter
-///   and key, or limiters of one kind, prefix and settings) are one key asked for the
-///   permits of each (limiters of one kind and prefix but different settings cannot share
-///   a key: see [`RedisLimitError::ConflictingMembers`]): `all([a.member("k"), a.member("k")]).try_acquire(2)` takes 4 from `k`, or
-///   nothing, and `try_acquire(n)` is refused with [`RedisLimitError::ExceedsLimit`] when
-///   `2 × n` is above `a`'s limit, since it could never be granted.
-/// - **The first member's connection** makes the call: every key is read on the Redis
-///   it reaches, whatever connection the other members' limiters were made with. Put
-///   together only limiters whose state is in that one Redis.
-/// - **The strictest of the members' options.** The failure policy is
-///   [`FailClosed`](FailurePolicy::FailClosed) if any member's limiter fails closed (it
-///   said that exceeding its limit costs more than refusing), else
-///   [`FailOpen`](FailurePolicy::FailOpen); the timeout is the shortest of theirs.
-///   Failing open, each member's limiter (each once) counts the request in its
-///   [`fail_open_count`](RedisLimiter::fail_open_count).
-///
-/// # Redis Cluster: one hash slot
-///
-/// Wherever keys are sharded by slot (Redis Cluster, or a proxy in front of one), Redis
-/// runs a script only when all its keys are in one hash slot; otherwise it answers
-/// `CROSSSLOT`, which comes back as [`RedisLimitError::CrossSlot`] whatever the failure
-/// policy. So on a cluster put the same hash tag in every member's key: Redis hashes only
-/// what is between the first `{` and the next `}` of a key, so `"{user-42}"` and
-/// `"{user-42}:search"` share a slot. That also means a key shared by everyone (a
-/// service-wide limit) can join a decision only with keys in its own slot.
-///
-/// A member's Redis key is `<prefix><kind>:<key>` ([`RedisOptions::with_prefix`]), so the
-/// prefix comes first: keep `{` out of prefixes, or the tag starts there and your key's
-/// tag is ignored. (A prefix that holds a whole tag, such as `"{limits}:"`, puts every
-/// key of its limiters in one slot, and so on one node.) A single Redis server, with or
-/// without replicas, has no slots and none of these constraints.
-///
-/// On a cluster of several masters, make the first member's limiter over a
-/// [`ClusterConnection`](super::driver::cluster_async::ClusterConnection), which sends
-/// the script to the master of the keys' slot (see
-/// [Redis Cluster](super#redis-cluster)); a
-/// [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to one node only.
-/// While the keys' slot migrates, a decision whose keys are split between the two nodes
-/// is told `TRYAGAIN`, and made again until the timeout.
-///
-/// An empty `members` makes a `RedisAll` that refuses every request with
-/// [`RedisLimitError::NoMembers`], whatever the policy.
+/// [`RedisAll::new`] under its old name, which it shared with the in-process
+/// [`RedisAll::new`](crate::all) over members of another kind.
 ///
 /// ```no_run
-/// use std::time::Duration;
-/// use token_bucket::redis::{
-///     all, driver, FailurePolicy, RedisLimitError, RedisOptions, RedisSlidingLog,
-///     RedisTokenBucket,
-/// };
+/// # #![allow(deprecated)]
+/// use token_bucket::redis::{all, driver, FailurePolicy, RedisOptions, RedisTokenBucket};
 /// use token_bucket::Rate;
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = driver::Client::open("redis://127.0.0.1/")?;
 /// let connection = driver::aio::ConnectionManager::new(client).await?;
-/// // Each user: at most 100 searches in any minute, exactly...
-/// let per_user = RedisSlidingLog::new(
-///     connection.clone(),
-///     100,
-///     Duration::from_secs(60),
-///     RedisOptions::new(FailurePolicy::FailOpen).with_prefix("search:"),
-/// )?;
-/// // ...and the whole service at most 2,000 a second, with bursts of 500, whoever asks.
-/// let service = RedisTokenBucket::new(
-///     connection,
-///     Rate::per_second(2_000),
-///     500,
-///     RedisOptions::new(FailurePolicy::FailOpen).with_prefix("search:"),
-/// )?;
-/// // One Redis server, not a cluster: the key "everyone" has a slot of its own.
-/// let limits = all([per_user.member("user-42"), service.member("everyone")]);
-/// match limits.try_acquire(1).await {
-///     Ok(()) => { /* serve */ }
-///     Err(RedisLimitError::Limited { retry_after }) => {
-///         println!("429, Retry-After {retry_after:?}")
-///     }
-///     Err(other) => return Err(other.into()),
-/// }
+/// let options = RedisOptions::new(FailurePolicy::FailOpen);
+/// let bucket = RedisTokenBucket::new(connection, Rate::per_second(5), 10, options)?;
+/// all([bucket.member("user-42")]).try_acquire(1).await?;
 /// # Ok(())
 /// # }
 /// ```
+#[deprecated(note = "use `RedisAll::new`: `all` is the in-process composite's name")]
 pub fn all(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
-    let mut parts: Vec<Part> = Vec::new();
-    let mut member_parts = Vec::new();
-    let mut limiters: Vec<Arc<dyn Member>> = Vec::new();
-    let mut conflict = None;
-    for RedisMember { limiter, key } in members {
-        let known =
-            |other: &Arc<dyn Member>| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(&limiter));
-        if !limiters.iter().any(known) {
-            limiters.push(Arc::clone(&limiter));
-        }
-        match parts.iter().position(|part| part.key == key) {
-            Some(index) => {
-                member_parts.push(index);
-                let part = &mut parts[index];
-                // One key holds one limiter's state: two limiters that would read it by
-                // different settings (limits of one kind and prefix, say 10 a second and
-                // 1,000 a day) cannot both be decided on it.
-                if part.limiter.arguments(1) != limiter.arguments(1) && conflict.is_none() {
-                    conflict = Some(key);
-                }
-                part.count += 1;
-            }
-            None => {
-                member_parts.push(parts.len());
-                parts.push(Part {
-                    limiter,
-                    key,
-                    count: 1,
-                });
-            }
-        }
-    }
-    let options: Vec<&RedisOptions> = limiters
-        .iter()
-        .map(|limiter| &limiter.common().options)
-        .collect();
-    let policy = if options
-        .iter()
-        .any(|options| options.policy() == FailurePolicy::FailClosed)
-    {
-        FailurePolicy::FailClosed
-    } else {
-        FailurePolicy::FailOpen
-    };
-    let timeout = options
-        .iter()
-        .map(|options| options.timeout())
-        .min()
-        .unwrap_or(RedisOptions::DEFAULT_TIMEOUT);
-    RedisAll {
-        parts,
-        members: member_parts,
-        limiters,
-        policy,
-        timeout,
-        conflict,
-    }
+    RedisAll::new(members)
 }
 
 impl RedisAll {
+    /// One decision over all of `members` (a list of [`RedisMember`]s): [`RedisAll::try_acquire`] takes the permits from
+    /// every member if every one allows them now, or from none.
+    ///
+    /// # How it decides
+    ///
+    /// - **One script call, atomic.** Every member's key is decided in one Lua script run by
+    ///   Redis (one `EVALSHA`; each algorithm's Lua is the single limiters' own): each key is
+    ///   read and decided at the same instant of the server's clock, by its own limiter's
+    ///   algorithm and settings, so members may be of different algorithms (a token bucket
+    ///   per user and a fixed window per tenant, say). If all allow, all take; if any
+    ///   refuses, the script writes nothing at all.
+    /// - **`retry_after` is the latest of the refusing members' waits**, which is when they
+    ///   would all allow the request, if nobody else takes meanwhile: never shorter than the
+    ///   true wait. That the latest of the separate waits is exactly that instant rests on
+    ///   two facts: a refusal changes no member's state (so each member's wait holds as
+    ///   computed), and once a member allows a request it keeps allowing it as time passes
+    ///   (tokens only accrue, windows only end, logged permits only stop counting), so the
+    ///   members that allow now still allow then. Whole milliseconds, rounded up.
+    /// - **A key named twice counts twice.** Members on the same Redis key (the same limiter
+    ///   and key, or limiters of one kind, prefix and settings) are one key asked for the
+    ///   permits of each (limiters of one kind and prefix but different settings cannot share
+    ///   a key: see [`RedisLimitError::ConflictingMembers`]):
+    ///   `RedisAll::new([a.member("k"), a.member("k")]).try_acquire(2)` takes 4 from `k`, or
+    ///   nothing, and `try_acquire(n)` is refused with [`RedisLimitError::ExceedsLimit`] when
+    ///   `2 × n` is above `a`'s limit, since it could never be granted.
+    /// - **The first member's connection** makes the call: every key is read on the Redis
+    ///   it reaches, whatever connection the other members' limiters were made with. Put
+    ///   together only limiters whose state is in that one Redis.
+    /// - **The strictest of the members' options.** The failure policy is
+    ///   [`FailClosed`](FailurePolicy::FailClosed) if any member's limiter fails closed (it
+    ///   said that exceeding its limit costs more than refusing), else
+    ///   [`FailOpen`](FailurePolicy::FailOpen); the timeout is the shortest of theirs.
+    ///   Failing open, each member's limiter (each once) counts the request in its
+    ///   [`fail_open_count`](RedisLimiter::fail_open_count).
+    ///
+    /// # Redis Cluster: one hash slot
+    ///
+    /// Wherever keys are sharded by slot (Redis Cluster, or a proxy in front of one), Redis
+    /// runs a script only when all its keys are in one hash slot; otherwise it answers
+    /// `CROSSSLOT`, which comes back as [`RedisLimitError::CrossSlot`] whatever the failure
+    /// policy. So on a cluster put the same hash tag in every member's key: Redis hashes only
+    /// what is between the first `{` and the next `}` of a key, so `"{user-42}"` and
+    /// `"{user-42}:search"` share a slot. That also means a key shared by everyone (a
+    /// service-wide limit) can join a decision only with keys in its own slot.
+    ///
+    /// A member's Redis key is `<prefix><kind>:<key>` ([`RedisOptions::with_prefix`]), so the
+    /// prefix comes first: keep `{` out of prefixes, or the tag starts there and your key's
+    /// tag is ignored. (A prefix that holds a whole tag, such as `"{limits}:"`, puts every
+    /// key of its limiters in one slot, and so on one node.) A single Redis server, with or
+    /// without replicas, has no slots and none of these constraints.
+    ///
+    /// On a cluster of several masters, make the first member's limiter over a
+    /// [`ClusterConnection`](super::driver::cluster_async::ClusterConnection), which sends
+    /// the script to the master of the keys' slot (see
+    /// [Redis Cluster](super#redis-cluster)); a
+    /// [`ConnectionManager`](super::driver::aio::ConnectionManager) talks to one node only.
+    /// While the keys' slot migrates, a decision whose keys are split between the two nodes
+    /// is told `TRYAGAIN`, and made again until the timeout.
+    ///
+    /// An empty `members` makes a `RedisAll` that refuses every request with
+    /// [`RedisLimitError::NoMembers`], whatever the policy.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use token_bucket::redis::{
+    ///     driver, FailurePolicy, RedisAll, RedisLimitError, RedisOptions, RedisSlidingLog,
+    ///     RedisTokenBucket,
+    /// };
+    /// use token_bucket::Rate;
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = driver::Client::open("redis://127.0.0.1/")?;
+    /// let connection = driver::aio::ConnectionManager::new(client).await?;
+    /// // Each user: at most 100 searches in any minute, exactly...
+    /// let per_user = RedisSlidingLog::new(
+    ///     connection.clone(),
+    ///     100,
+    ///     Duration::from_secs(60),
+    ///     RedisOptions::new(FailurePolicy::FailOpen).with_prefix("search:"),
+    /// )?;
+    /// // ...and the whole service at most 2,000 a second, with bursts of 500, whoever asks.
+    /// let service = RedisTokenBucket::new(
+    ///     connection,
+    ///     Rate::per_second(2_000),
+    ///     500,
+    ///     RedisOptions::new(FailurePolicy::FailOpen).with_prefix("search:"),
+    /// )?;
+    /// // One Redis server, not a cluster: the key "everyone" has a slot of its own.
+    /// let limits = RedisAll::new([per_user.member("user-42"), service.member("everyone")]);
+    /// match limits.try_acquire(1).await {
+    ///     Ok(()) => { /* serve */ }
+    ///     Err(RedisLimitError::Limited { retry_after }) => {
+    ///         println!("429, Retry-After {retry_after:?}")
+    ///     }
+    ///     Err(other) => return Err(other.into()),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(members: impl IntoIterator<Item = RedisMember>) -> RedisAll {
+        let mut parts: Vec<Part> = Vec::new();
+        let mut member_parts = Vec::new();
+        let mut limiters: Vec<Arc<dyn Member>> = Vec::new();
+        let mut conflict = None;
+        for RedisMember { limiter, key } in members {
+            let known = |other: &Arc<dyn Member>| {
+                std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(&limiter))
+            };
+            if !limiters.iter().any(known) {
+                limiters.push(Arc::clone(&limiter));
+            }
+            match parts.iter().position(|part| part.key == key) {
+                Some(index) => {
+                    member_parts.push(index);
+                    let part = &mut parts[index];
+                    // One key holds one limiter's state: two limiters that would read it by
+                    // different settings (limits of one kind and prefix, say 10 a second and
+                    // 1,000 a day) cannot both be decided on it.
+                    if part.limiter.arguments(1) != limiter.arguments(1) && conflict.is_none() {
+                        conflict = Some(key);
+                    }
+                    part.count += 1;
+                }
+                None => {
+                    member_parts.push(parts.len());
+                    parts.push(Part {
+                        limiter,
+                        key,
+                        count: 1,
+                    });
+                }
+            }
+        }
+        let options: Vec<&RedisOptions> = limiters
+            .iter()
+            .map(|limiter| &limiter.common().options)
+            .collect();
+        let policy = if options
+            .iter()
+            .any(|options| options.policy() == FailurePolicy::FailClosed)
+        {
+            FailurePolicy::FailClosed
+        } else {
+            FailurePolicy::FailOpen
+        };
+        let timeout = options
+            .iter()
+            .map(|options| options.timeout())
+            .min()
+            .unwrap_or(RedisOptions::DEFAULT_TIMEOUT);
+        RedisAll {
+            parts,
+            members: member_parts,
+            limiters,
+            policy,
+            timeout,
+            conflict,
+        }
+    }
+
     /// Takes `permits` from every member if every one allows them now, else from none;
     /// never waits for permits. One round trip to Redis, on the first member's
     /// connection; taking zero permits is allowed at once, without asking Redis. See
-    /// [`all`] for how it decides.
+    /// [`RedisAll::new`] for how it decides.
     ///
     /// # Errors
     ///
@@ -376,7 +401,7 @@ impl RedisAll {
     /// ```no_run
     /// use std::time::Duration;
     /// use token_bucket::redis::{
-    ///     all, driver, FailurePolicy, RedisFixedWindow, RedisLimitError, RedisOptions,
+    ///     driver, FailurePolicy, RedisAll, RedisFixedWindow, RedisLimitError, RedisOptions,
     /// };
     ///
     /// # #[tokio::main]
@@ -389,7 +414,7 @@ impl RedisAll {
     /// let small = options.clone().with_prefix("small:");
     /// let small = RedisFixedWindow::new(connection.clone(), 1, minute, small)?;
     /// let large = RedisFixedWindow::new(connection, 10, minute, options.with_prefix("large:"))?;
-    /// let both = all([small.member("{k}"), large.member("{k}")]);
+    /// let both = RedisAll::new([small.member("{k}"), large.member("{k}")]);
     /// both.try_acquire(1).await?;
     /// // `small` is spent, so `large` is not touched: 9 of its 10 are left.
     /// let refused = both.try_acquire(1).await;
@@ -416,7 +441,7 @@ impl RedisAll {
     ///   `retry_after` the latest of the refusing members' waits (as `try_acquire`'s);
     ///   `Err(TryAcquireError::ExceedsLimit { .. })` naming the first member that can
     ///   never admit `permits` (times the members on its key), without asking Redis.
-    /// - **`members`**, one [`Decision`] per member, in the order given to [`all`]:
+    /// - **`members`**, one [`Decision`] per member, in the order given to [`RedisAll::new`]:
     ///   - its `result` is its own verdict: `Err(Limited { retry_after })` with its own
     ///     wait when it refused, `Err(ExceedsLimit { .. })` when it can never admit the
     ///     request, else `Ok(())`, which says only that this member did not refuse: the
@@ -445,7 +470,7 @@ impl RedisAll {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use token_bucket::redis::{all, driver, FailurePolicy, RedisOptions, RedisTokenBucket};
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisAll, RedisOptions, RedisTokenBucket};
     /// use token_bucket::{Rate, TryAcquireError};
     ///
     /// # #[tokio::main]
@@ -455,7 +480,7 @@ impl RedisAll {
     /// let options = RedisOptions::new(FailurePolicy::FailClosed);
     /// let per_client = RedisTokenBucket::new(connection.clone(), Rate::per_second(5), 10, options.clone())?;
     /// let global = RedisTokenBucket::new(connection, Rate::per_second(500), 1_000, options.with_prefix("global:"))?;
-    /// let limits = all([per_client.member("client-7"), global.member("everyone")]);
+    /// let limits = RedisAll::new([per_client.member("client-7"), global.member("everyone")]);
     /// let decision = limits.try_acquire_decision(1).await?;
     /// match decision.result {
     ///     Ok(()) => { /* serve */ }
@@ -506,7 +531,7 @@ impl RedisAll {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use token_bucket::redis::{all, driver, FailurePolicy, RedisOptions, RedisSlidingLog};
+    /// use token_bucket::redis::{driver, FailurePolicy, RedisAll, RedisOptions, RedisSlidingLog};
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -517,7 +542,7 @@ impl RedisAll {
     /// let per_minute = RedisSlidingLog::new(connection.clone(), 10, minute, options.clone())?;
     /// // Two limiters of one kind: different prefixes, so that their keys differ.
     /// let per_hour = RedisSlidingLog::new(connection, 100, hour, options.with_prefix("hour:"))?;
-    /// let limits = all([per_minute.member("{user-42}"), per_hour.member("{user-42}")]);
+    /// let limits = RedisAll::new([per_minute.member("{user-42}"), per_hour.member("{user-42}")]);
     /// tokio::time::timeout(Duration::from_secs(10), limits.acquire(1)).await??;
     /// # Ok(())
     /// # }
@@ -576,7 +601,7 @@ pub struct AllDecision {
     /// why none did.
     pub result: Result<(), TryAcquireError>,
     /// Each member's own decision and quota, in the order the members were given to
-    /// [`all`]. A member's `Ok(())` says only that it did not refuse.
+    /// [`RedisAll::new`]. A member's `Ok(())` says only that it did not refuse.
     pub members: Vec<Decision>,
 }
 

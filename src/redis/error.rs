@@ -21,7 +21,7 @@ use std::time::Duration;
 /// );
 /// assert_eq!(
 ///     RedisLimitError::NoMembers.to_string(),
-///     "a decision over all of no limiters: `redis::all` was given no members"
+///     "a decision over all of no limiters: `RedisAll::new` was given no members"
 /// );
 /// ```
 #[derive(Debug, Clone)]
@@ -97,9 +97,9 @@ pub enum RedisLimitError {
     /// Redis refused a [`RedisAll`](super::RedisAll)'s keys because they are in
     /// different hash slots (`CROSSSLOT`): on Redis Cluster, or behind a proxy that
     /// shards by slot, the keys of one script must share one slot. Give every key the
-    /// same hash tag, such as `{user-42}` (see [`all`](super::all)). Returned whatever
-    /// the failure policy: the keys are at fault, not Redis, and failing open would leave
-    /// them unlimited for good.
+    /// same hash tag, such as `{user-42}` (see [`RedisAll::new`](super::RedisAll::new)).
+    /// Returned whatever the failure policy: the keys are at fault, not Redis, and failing
+    /// open would leave them unlimited for good.
     CrossSlot {
         /// What the Redis client reported.
         error: ::redis::RedisError,
@@ -126,9 +126,9 @@ impl fmt::Display for RedisLimitError {
             RedisLimitError::NoRuntime => f.write_str(
                 "a Redis limiter was called outside a tokio runtime; it needs one, with its timer",
             ),
-            RedisLimitError::NoMembers => {
-                f.write_str("a decision over all of no limiters: `redis::all` was given no members")
-            }
+            RedisLimitError::NoMembers => f.write_str(
+                "a decision over all of no limiters: `RedisAll::new` was given no members",
+            ),
             RedisLimitError::ConflictingMembers { key } => write!(
                 f,
                 "two limiters of different settings name the Redis key {key:?} in one \

@@ -34,7 +34,7 @@
 //! Redis 7.0.
 //!
 //! - **One round trip, atomic.** Each decision is one Lua script run by Redis on one key
-//!   (or on several, for [`all`]): read the state, decide, and only if it grants, write
+//!   (or on several, for [`RedisAll`]): read the state, decide, and only if it grants, write
 //!   it back and set the key's expiry (a refusal writes nothing). Scripts are called by
 //!   their SHA-1 hash (`EVALSHA`); when Redis answers `NOSCRIPT` (after a restart, a
 //!   `SCRIPT FLUSH`, or on a cluster node that has not run it yet) the script's text is
@@ -58,8 +58,8 @@
 //!
 //! # Several limits, one decision
 //!
-//! [`all`] decides over several [members](RedisLimiter::member), each a limiter and a
-//! key, in the same one script call: a request is admitted only if every member allows
+//! [`RedisAll::new`] decides over several [members](RedisLimiter::member), each a
+//! limiter and a key, in the same one script call: a request is admitted only if every member allows
 //! it, and then every member takes it; if any refuses, nothing changes and `retry_after`
 //! is the latest of the refusals'. Members may be of different algorithms: a token bucket
 //! per user and a sliding log per tenant, say. On Redis Cluster their keys must share one
@@ -68,7 +68,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use token_bucket::redis::{
-//!     all, driver, FailurePolicy, RedisOptions, RedisSlidingLog, RedisTokenBucket,
+//!     driver, FailurePolicy, RedisAll, RedisOptions, RedisSlidingLog, RedisTokenBucket,
 //! };
 //! use token_bucket::Rate;
 //!
@@ -81,7 +81,7 @@
 //! let per_user = RedisTokenBucket::new(connection.clone(), rate, 20, options.clone())?;
 //! let minute = Duration::from_secs(60);
 //! let per_tenant = RedisSlidingLog::new(connection, 1_000, minute, options)?;
-//! all([per_user.member("{tenant-7}:user-42"), per_tenant.member("{tenant-7}")])
+//! RedisAll::new([per_user.member("{tenant-7}:user-42"), per_tenant.member("{tenant-7}")])
 //!     .try_acquire(1)
 //!     .await?;
 //! # Ok(())
@@ -144,7 +144,7 @@
 //!
 //! Over a [`ClusterConnection`](driver::cluster_async::ClusterConnection) each decision
 //! goes to the master of its key's hash slot, so keys spread over the masters and so
-//! does the load; a decision over several keys ([`all`]) needs them in one slot (one
+//! does the load; a decision over several keys ([`RedisAll`]) needs them in one slot (one
 //! hash tag, such as `{user-42}`). What a cluster's changes do to decisions:
 //!
 //! - **A slot migration.** The connection follows `ASK` (a key already moved, or new)
@@ -253,7 +253,10 @@ mod token_bucket;
 mod window;
 
 pub use self::algorithm::RedisAlgorithm;
-pub use self::all::{all, AllDecision, RedisAll, RedisMember};
+// The old name, deprecated at its definition.
+#[allow(deprecated)]
+pub use self::all::all;
+pub use self::all::{AllDecision, RedisAll, RedisMember};
 pub use self::connection::RedisConnection;
 pub use self::error::RedisLimitError;
 pub use self::fixed_window::{FixedWindowScript, RedisFixedWindow};

@@ -88,7 +88,7 @@ impl RedisOptions {
     /// limiters of one kind with different settings need different prefixes, or they
     /// would read each other's state. Keep `{` out of the prefix where keys are sharded
     /// by hash slot (Redis Cluster): it would start the hash tag that
-    /// [`all`](super::all) needs in the keys.
+    /// [`RedisAll::new`](super::RedisAll::new) needs in the keys.
     ///
     /// ```
     /// use token_bucket::redis::{FailurePolicy, RedisOptions};

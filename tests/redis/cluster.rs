@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use token_bucket::redis::driver::cluster::ClusterClient;
 use token_bucket::redis::driver::cluster_async::ClusterConnection;
 use token_bucket::redis::{
-    all, RedisAlgorithm, RedisFixedWindow, RedisLimitError, RedisLimiter, RedisOptions,
+    RedisAlgorithm, RedisAll, RedisFixedWindow, RedisLimitError, RedisLimiter, RedisOptions,
     RedisSlidingLog, RedisTokenBucket,
 };
 use token_bucket::{Quota, Rate};
@@ -142,10 +142,14 @@ async fn on_a_cluster_all_decides_over_keys_of_one_hash_tag_only() {
     let cluster = shared_cluster();
     let connection = connect(&cluster).await;
     let (bucket, window) = bucket_and_window(connection, fail_open().with_prefix("all:"));
-    refused_cross_slot(&all([bucket.member("user-42"), window.member("user-42")])).await;
+    refused_cross_slot(&RedisAll::new([
+        bucket.member("user-42"),
+        window.member("user-42"),
+    ]))
+    .await;
     // One tag on each master's slots: routed to that master, decided there.
     for tag in ["{user-1}", "{user-2}", "{user-3}"] {
-        let limits = all([bucket.member(tag), window.member(&format!("{tag}:search"))]);
+        let limits = RedisAll::new([bucket.member(tag), window.member(&format!("{tag}:search"))]);
         limits.try_acquire(5).await.unwrap();
         assert!(is_limited(limits.try_acquire(1).await));
     }
@@ -219,7 +223,7 @@ async fn on_a_cluster_decisions_report_each_keys_quota_from_its_master() {
     }
     // Several keys of one hash tag, decided and reported together on its master.
     for tag in ["{user-1}", "{user-2}", "{user-3}"] {
-        let limits = all([bucket.member(tag), window.member(&format!("{tag}:search"))]);
+        let limits = RedisAll::new([bucket.member(tag), window.member(&format!("{tag}:search"))]);
         let decision = limits.try_acquire_decision(3).await.unwrap();
         assert_eq!(decision.result, Ok(()), "{tag}");
         let quotas: Vec<_> = decision.members.iter().map(|member| member.quota).collect();

@@ -15,7 +15,7 @@ use token_bucket::redis::driver::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig,
 };
 use token_bucket::redis::{
-    all, AllDecision, RedisAlgorithm, RedisLimitError, RedisLimiter, RedisTokenBucket,
+    AllDecision, RedisAlgorithm, RedisAll, RedisLimitError, RedisLimiter, RedisTokenBucket,
 };
 use token_bucket::{Decision, Policy, Quota, Rate, TryAcquireError};
 
@@ -381,7 +381,7 @@ async fn a_decision_without_redis_reports_no_quota() {
     }
 
     // RedisAll the same: every member allowed, nothing known, each limiter counting once.
-    let decision = all([open.member("a"), open.member("b")])
+    let decision = RedisAll::new([open.member("a"), open.member("b")])
         .try_acquire_decision(1)
         .await
         .unwrap();
@@ -397,7 +397,7 @@ async fn a_decision_without_redis_reports_no_quota() {
         }
     );
     assert_eq!(open.fail_open_count(), 3);
-    let error = all([open.member("a"), closed.member("b")])
+    let error = RedisAll::new([open.member("a"), closed.member("b")])
         .try_acquire_decision(1)
         .await
         .unwrap_err();
@@ -406,7 +406,7 @@ async fn a_decision_without_redis_reports_no_quota() {
         "{error:?}"
     );
     assert!(matches!(
-        all([]).try_acquire_decision(1).await,
+        RedisAll::new([]).try_acquire_decision(1).await,
         Err(RedisLimitError::NoMembers)
     ));
 }
@@ -420,7 +420,7 @@ async fn all_reports_every_members_decision_and_quota_from_one_call() {
     let per_client = hourly_bucket(connection.clone(), 5);
     let global = hourly_window(connection, 4);
     assert_eq!(per_client.member("client").policy(), per_client.policy());
-    let limits = all([per_client.member("client"), global.member("everyone")]);
+    let limits = RedisAll::new([per_client.member("client"), global.member("everyone")]);
     let bucket_key = per_client.redis_key("client");
 
     // A read of untouched keys: both whole, nothing written.
@@ -492,7 +492,7 @@ async fn all_reports_every_members_decision_and_quota_from_one_call() {
     );
 
     // A key named twice: both members report its one state, after twice the permits.
-    let twice = all([per_client.member("twice"), per_client.member("twice")]);
+    let twice = RedisAll::new([per_client.member("twice"), per_client.member("twice")]);
     assert_eq!(
         twice.try_acquire_decision(2).await.unwrap(),
         AllDecision {
