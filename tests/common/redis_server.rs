@@ -1,6 +1,7 @@
 //! A throwaway `redis-server` for the Redis tests, the bench and the example: on a free
-//! loopback port, persisting nothing, in its own temporary directory, stopped on drop;
-//! and a [`RedisCluster`] of several, joined with `redis-cli --cluster create`.
+//! loopback port, persisting nothing, in its own temporary directory (which keeps what
+//! it writes, shown if it fails to start), stopped on drop; and a [`RedisCluster`] of
+//! several, joined with `redis-cli --cluster create`.
 //!
 //! A server never outlives its test: it is killed when its [`RedisServer`] is dropped,
 //! which a panicking test does too as it unwinds. A test process that is killed (or
@@ -15,7 +16,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Mutex, Once, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -25,13 +26,18 @@ const STARTUP: Duration = Duration::from_secs(10);
 /// Names temporary directories apart within one process.
 static SERVERS_STARTED: AtomicU64 = AtomicU64::new(0);
 
+/// Held from finding free ports until a server listens on them, so that no other server
+/// of this process is given them meanwhile.
+static STARTING: Mutex<()> = Mutex::new(());
+
 /// A running `redis-server` child process.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
-    /// In cluster mode: how long a node may not answer before it is taken for failed.
-    cluster: Option<Duration>,
+    /// In cluster mode: how long a node may not answer before it is taken for failed,
+    /// and the port of its cluster bus.
+    cluster: Option<(Duration, u16)>,
 }
 
 impl RedisServer {
@@ -57,7 +63,7 @@ impl RedisServer {
         RedisServer::start_with(Some(node_timeout))
     }
 
-    fn start_with(cluster: Option<Duration>) -> RedisServer {
+    fn start_with(node_timeout: Option<Duration>) -> RedisServer {
         static ORPHANS_STOPPED: Once = Once::new();
         ORPHANS_STOPPED.call_once(stop_orphans);
         let serial = SERVERS_STARTED.fetch_add(1, Ordering::Relaxed);
@@ -66,21 +72,36 @@ impl RedisServer {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).expect("create the Redis server's temporary directory");
-        // Another process may take the port between our probe and the server's bind: try
-        // a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut server = RedisServer {
-                child: None,
-                port,
-                dir: dir.clone(),
-                cluster,
-            };
-            if server.launch() {
-                return server;
+        // One server for every try, so that its directory, removed on drop, outlives a
+        // failed try.
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            cluster: None,
+        };
+        // A port found free may still be taken before the server binds it, by another
+        // process or any socket bound to port 0: the server then exits, and is started
+        // again on other ports.
+        let _starting = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failures = Vec::new();
+        while failures.len() < 5 {
+            let [port, bus_port] = free_ports();
+            server.port = port;
+            server.cluster = node_timeout.map(|timeout| (timeout, bus_port));
+            match server.launch() {
+                Ok(()) => return server,
+                Err(failure) if failure.contains(PORT_TAKEN) => {
+                    eprintln!("{failure}");
+                    failures.push(failure);
+                }
+                Err(failure) => panic!("{failure}"),
             }
         }
-        panic!("redis-server did not start on any of 5 free ports");
+        panic!(
+            "redis-server did not start on any of 5 free ports:\n{}",
+            failures.join("\n")
+        );
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -112,18 +133,18 @@ impl RedisServer {
         self.stop();
         let deadline = Instant::now() + STARTUP;
         // The port can take a moment to be free again.
-        while !self.launch() {
+        while let Err(failure) = self.launch() {
             assert!(
-                Instant::now() < deadline,
-                "redis-server did not restart on port {}",
-                self.port
+                failure.contains(PORT_TAKEN) && Instant::now() < deadline,
+                "redis-server did not restart: {failure}"
             );
             thread::sleep(Duration::from_millis(100));
         }
     }
 
-    /// Spawns the server and waits for it to answer; false if it exited first.
-    fn launch(&mut self) -> bool {
+    /// Spawns the server and waits for it to answer. If it exited first: its port, its
+    /// command line and what it wrote (kept in its directory, `redis-<port>.log`).
+    fn launch(&mut self) -> Result<(), String> {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string()])
@@ -132,7 +153,7 @@ impl RedisServer {
             .args(["--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir);
-        if let Some(node_timeout) = self.cluster {
+        if let Some((node_timeout, bus_port)) = self.cluster {
             // The cluster bus needs a port too: by default the port + 10000, which may
             // be taken or past 65535, so a free one is named.
             command
@@ -141,13 +162,28 @@ impl RedisServer {
                     "--cluster-config-file",
                     &format!("nodes-{}.conf", self.port),
                 ])
-                .args(["--cluster-port", &free_port().to_string()])
+                .args(["--cluster-port", &bus_port.to_string()])
                 .args([
                     "--cluster-node-timeout",
                     &node_timeout.as_millis().to_string(),
                 ]);
         }
-        let spawned = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+        let log_path = self.dir.join(format!("redis-{}.log", self.port));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("create the Redis server's log");
+        let log_again = log.try_clone().expect("share the Redis server's log");
+        let spawned = command.stdout(log).stderr(log_again).spawn();
+        let failure = |how: String| {
+            let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+            format!(
+                "redis-server on port {} {how}: {command:?}\n{}:\n{output}",
+                self.port,
+                log_path.display()
+            )
+        };
         let mut child = match spawned {
             Ok(child) => child,
             Err(error) if error.kind() == ErrorKind::NotFound => panic!(
@@ -164,20 +200,17 @@ impl RedisServer {
             // Another test's server may hold the port (ours then exits): only ours counts.
             if server_pid(self.port) == Some(child.id()) {
                 self.child = Some(child);
-                return true;
+                return Ok(());
             }
-            if let Ok(Some(_status)) = child.try_wait() {
+            if let Ok(Some(status)) = child.try_wait() {
                 let _ = std::fs::remove_file(registry().join(child.id().to_string()));
-                return false;
+                return Err(failure(format!("exited ({status})")));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 let _ = std::fs::remove_file(registry().join(child.id().to_string()));
-                panic!(
-                    "redis-server on port {} did not answer within {STARTUP:?}",
-                    self.port
-                );
+                panic!("{}", failure(format!("did not answer within {STARTUP:?}")));
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -191,10 +224,16 @@ impl Drop for RedisServer {
     }
 }
 
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a probe socket on loopback");
-    listener.local_addr().expect("probe socket address").port()
+/// What a server that exits because its port was taken writes.
+const PORT_TAKEN: &str = "Address already in use";
+
+/// `N` ports nothing listens on now, all different: each probe is held until every one
+/// is found (a server's port and its cluster bus port, probed one after the other, were
+/// once the same).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let probes = [(); N]
+        .map(|()| TcpListener::bind("127.0.0.1:0").expect("bind a probe socket on loopback"));
+    probes.map(|probe| probe.local_addr().expect("probe socket address").port())
 }
 
 /// The process id of the Redis server answering on `port`, if one answers.

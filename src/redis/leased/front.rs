@@ -1,5 +1,6 @@
 //! A leased front's shared state and its requests: served from the tokens it holds, first
-//! in, first out, or queued for the lease task (`task.rs`) when they are short.
+//! in, first out, or queued for the lease task (`task.rs`) when they are short. The front
+//! starts that task, and answers what it asks (`task::Leases`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 use super::budget::{Budget, Lease, Piece};
 use super::sizing::{lease_bounds, millis_for, tokens_in, Demand};
 use super::source::{LeaseSource, Taken};
-use super::task;
+use super::task::{self, Leases, Next};
 use crate::observe::redis::LeaseObserver;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
@@ -27,7 +28,7 @@ pub(crate) struct Settings {
     pub(crate) max_lease: u64,
 }
 
-/// Running totals, for [`LeaseStats`](super::LeaseStats).
+/// Running totals, for the handle's `LeaseStats`.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) granted: AtomicU64,
@@ -99,24 +100,13 @@ struct State {
     task: TaskState,
 }
 
-/// What the lease task does next.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Ask the source for a lease of between `fewest` and `most` tokens.
-    Fetch { fewest: u64, most: u64 },
-    /// Nothing to do until this instant (or for ever), unless woken.
-    Sleep(Option<Instant>),
-    /// The front is closed and its leases given back: end.
-    Stop,
-}
-
 /// The state a front's handles and its lease task share.
 pub(crate) struct Front<S> {
     pub(crate) source: S,
     pub(crate) settings: Settings,
     state: Mutex<State>,
     /// Wakes the lease task.
-    pub(crate) wake: Notify,
+    wake: Notify,
     /// Whether the lease task has ended, for [`close`](Front::close).
     stopped: watch::Sender<bool>,
     pub(crate) counters: Counters,
@@ -405,7 +395,7 @@ impl<S: LeaseSource> Front<S> {
 
     /// What the lease task does at `now`: the leases to give back (their lifetime ended,
     /// or the front is idle or closed), and what next.
-    pub(crate) fn next_step(&self, now: Instant) -> (Vec<Lease>, Next) {
+    fn next_step(&self, now: Instant) -> (Vec<Lease>, Next) {
         let mut state = self.lock();
         let mut ended = state.budget.ended(now);
         self.serve(&mut state, now);
@@ -446,15 +436,81 @@ impl<S: LeaseSource> Front<S> {
         (ended, Next::Sleep(wake_at))
     }
 
-    /// Takes in what a lease call that began at `started` brought back at `arrived`, and
-    /// serves the queue with it. A `try_take` still queued then is refused: it waited for
-    /// one call.
-    pub(crate) fn fetched(
-        &self,
-        outcome: Result<Taken, RedisLimitError>,
-        started: Instant,
-        arrived: Instant,
-    ) {
+    /// Answers every queued request as the failure policy says for a call that failed
+    /// with `error`.
+    fn fail(&self, state: &mut State, error: &RedisLimitError) {
+        self.observer.call_failed(error);
+        let policy = self.source.policy();
+        let reply = || match policy {
+            FailurePolicy::FailOpen => Reply::FailedOpen,
+            FailurePolicy::FailClosed => Reply::Failed(error.clone()),
+        };
+        self.answer(state, None, reply, Some(error));
+    }
+
+    /// Closes the front: requests are refused, and the lease task gives back what it
+    /// holds and ends.
+    pub(crate) fn shut(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        if state.task != TaskState::Running {
+            state.task = TaskState::Stopped;
+            self.stopped.send_replace(true);
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Closes the front and waits until the lease task has given back what it held.
+    pub(crate) async fn close(&self) {
+        let mut stopped = self.stopped.subscribe();
+        self.shut();
+        // The sender lives in `self`, so it cannot be dropped while this waits.
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Tokens held that can be granted now, and requests queued.
+    pub(crate) fn held_and_queued(&self) -> (u64, usize) {
+        let state = self.lock();
+        (state.budget.held(Instant::now()), state.queue.len())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}
+
+impl<S: LeaseSource> Leases for Front<S> {
+    /// Gives back each lease ended at `now` that could return anything: the source takes
+    /// off what the bucket gained since the lease began, which was no later than it was
+    /// usable here. A give-back that fails leaves the bucket stricter, never looser, so it
+    /// is not made again.
+    async fn step(&self, now: Instant) -> Next {
+        let (ended, next) = self.next_step(now);
+        let rate = self.source.rate();
+        for lease in ended {
+            let gained = tokens_in(rate, now.saturating_duration_since(lease.usable_from));
+            if lease.tokens <= gained {
+                continue;
+            }
+            Counters::add(&self.counters.calls, 1);
+            Counters::add(&self.counters.given_back, lease.tokens);
+            self.observer.giving_back(lease.tokens);
+            if let Err(error) = self.source.give_back(lease.tokens, lease.ticket).await {
+                self.observer.give_back_failed(&error);
+            }
+        }
+        next
+    }
+
+    /// Takes in what the lease call brought back, and serves the queue with it. A
+    /// `try_take` still queued then is refused: it waited for one call.
+    async fn fetch(&self, fewest: u64, most: u64) {
+        let started = Instant::now();
+        Counters::add(&self.counters.calls, 1);
+        self.observer.lease_call();
+        let outcome = self.source.take(fewest, most, self.settings.lifetime).await;
+        let arrived = Instant::now();
         let mut state = self.lock();
         match outcome {
             Ok(Taken::Granted {
@@ -513,53 +569,11 @@ impl<S: LeaseSource> Front<S> {
         }
     }
 
-    /// Answers every queued request as the failure policy says for a call that failed
-    /// with `error`.
-    fn fail(&self, state: &mut State, error: &RedisLimitError) {
-        self.observer.call_failed(error);
-        let policy = self.source.policy();
-        let reply = || match policy {
-            FailurePolicy::FailOpen => Reply::FailedOpen,
-            FailurePolicy::FailClosed => Reply::Failed(error.clone()),
-        };
-        self.answer(state, None, reply, Some(error));
+    fn wake(&self) -> &Notify {
+        &self.wake
     }
 
-    /// Whether giving back `lease` at `now` could return anything: the source takes off
-    /// what the bucket gained since the lease began, which was no later than it was
-    /// usable here.
-    pub(crate) fn worth_giving_back(&self, lease: &Lease, now: Instant) -> bool {
-        let gained = tokens_in(
-            self.source.rate(),
-            now.saturating_duration_since(lease.usable_from),
-        );
-        lease.tokens > gained
-    }
-
-    /// Closes the front: requests are refused, and the lease task gives back what it
-    /// holds and ends.
-    pub(crate) fn shut(&self) {
-        let mut state = self.lock();
-        state.closed = true;
-        if state.task != TaskState::Running {
-            state.task = TaskState::Stopped;
-            self.stopped.send_replace(true);
-        }
-        drop(state);
-        self.wake.notify_one();
-    }
-
-    /// Closes the front and waits until the lease task has given back what it held.
-    pub(crate) async fn close(&self) {
-        let mut stopped = self.stopped.subscribe();
-        self.shut();
-        // The sender lives in `self`, so it cannot be dropped while this waits.
-        let _ = stopped.wait_for(|stopped| *stopped).await;
-    }
-
-    /// The lease task has ended (or was dropped, its runtime shutting down): whatever is
-    /// still queued is refused as closed.
-    pub(crate) fn stopped(&self) {
+    fn stopped(&self) {
         let mut state = self.lock();
         state.closed = true;
         state.task = TaskState::Stopped;
@@ -571,16 +585,6 @@ impl<S: LeaseSource> Front<S> {
         );
         drop(state);
         self.stopped.send_replace(true);
-    }
-
-    /// Tokens held that can be granted now, and requests queued.
-    pub(crate) fn held_and_queued(&self) -> (u64, usize) {
-        let state = self.lock();
-        (state.budget.held(Instant::now()), state.queue.len())
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.lock().closed
     }
 }
 

@@ -4,8 +4,9 @@
 //!
 //! - `budget.rs`: the leases held, each usable until its lifetime ends.
 //! - `sizing.rs`: how many tokens to ask for.
-//! - `front.rs`: the requests, served in order from the leases held.
-//! - `task.rs`: the task that takes leases and gives them back.
+//! - `front.rs`: the requests, served in order from the leases held; it starts the task.
+//! - `task.rs`: the task that takes leases and gives them back, through what it asks of
+//!   the front (`Leases`), not the front itself.
 //! - `source.rs`: the calls to Redis (`lua/lease.lua`).
 
 mod budget;
