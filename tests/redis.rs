@@ -65,13 +65,19 @@ fn lazy_manager(url: &str, config: ConnectionManagerConfig) -> ConnectionManager
     ConnectionManager::new_lazy_with_config(client, config).expect("a lazy manager")
 }
 
+/// Fail-closed, with a timeout a loaded machine keeps: the default 100 ms was seen to
+/// pass on a 2-core machine at load 8, failing tests that are not about timeouts.
 fn fail_closed() -> RedisOptions {
-    RedisOptions::new(FailurePolicy::FailClosed)
+    RedisOptions::new(FailurePolicy::FailClosed).with_timeout(PATIENT)
 }
 
+/// Fail-open, with the timeout of [`fail_closed`].
 fn fail_open() -> RedisOptions {
-    RedisOptions::new(FailurePolicy::FailOpen)
+    RedisOptions::new(FailurePolicy::FailOpen).with_timeout(PATIENT)
 }
+
+/// Long enough for any answer of a live server on a loaded machine.
+const PATIENT: Duration = Duration::from_secs(5);
 
 /// Makes one limiter kind over a connection, with a given limit.
 type Maker<A, C = ConnectionManager> = fn(C, u64) -> RedisLimiter<A, C>;
@@ -466,14 +472,18 @@ async fn a_redis_restart_is_survived_under_either_policy_without_a_new_limiter()
         connection.clone(),
         Rate::per_hour(1),
         2,
-        fail_open().with_prefix("open:"),
+        fail_open()
+            .with_prefix("open:")
+            .with_timeout(Duration::from_millis(100)),
     )
     .unwrap();
     let closed = RedisTokenBucket::new(
         connection,
         Rate::per_hour(1),
         2,
-        fail_closed().with_prefix("closed:"),
+        fail_closed()
+            .with_prefix("closed:")
+            .with_timeout(Duration::from_millis(100)),
     )
     .unwrap();
     for limiter in [&open, &closed] {
