@@ -159,7 +159,7 @@ impl FastPath {
     pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
         // Reading nothing more: the compiler drops the reading altogether.
         let (outcome, ()) = self.attempt(tokens, now, |_, _, _| ())?;
-        Some(outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units)))
+        Some(outcome.map_err(|(refusal, units)| self.refuse(refusal, units)))
     }
 
     /// [`try_take`](FastPath::try_take), and the [`Quota`] it leaves, read from the word
@@ -171,7 +171,7 @@ impl FastPath {
         now: u64,
     ) -> Option<(Result<(), TryTakeError>, Quota)> {
         let (outcome, quota) = self.attempt(tokens, now, Units::quota)?;
-        let result = outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units));
+        let result = outcome.map_err(|(refusal, units)| self.refuse(refusal, units));
         Some((result, quota))
     }
 
@@ -179,9 +179,9 @@ impl FastPath {
     /// outcome, and the taking path inlined into callers stays small without them.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, tokens: u64, refusal: Refusal, units: Units) -> TryTakeError {
+    fn refuse(&self, refusal: Refusal, units: Units) -> TryTakeError {
         self.counters.add_denied(1);
-        units.error(tokens, refusal)
+        units.error(refusal)
     }
 
     /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,

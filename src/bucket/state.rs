@@ -27,6 +27,7 @@ use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{duration_from_nanos, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::permits::{screen, Screened, TooLarge};
 use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 
@@ -329,26 +330,47 @@ impl State {
     /// counting nothing. A composite asks each member this before it takes
     /// from any (see `composite/`).
     pub(crate) fn check_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
+        // Taking nothing cannot jump the queue.
+        if self.screen(tokens, now, TryTakeError::Closed)? == Screened::Nothing
+            || self.queue.is_empty() && self.limits.tokens() >= tokens
+        {
+            return Ok(());
+        }
+        let retry_after = match self.limits.wait_behind(&self.queue, tokens) {
+            // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
+            NEVER => Duration::MAX,
+            nanos => Duration::from_nanos(nanos),
+        };
+        Err(TryTakeError::Insufficient { retry_after })
+    }
+
+    /// Serves up to `now`, then what every request meets before the tokens: the bucket is
+    /// open (else `closed`), and the request fits its smallest capacity (see `permits`).
+    fn screen<E: From<TooLarge>>(
+        &mut self,
+        tokens: u64,
+        now: u64,
+        closed: E,
+    ) -> Result<Screened, E> {
         self.serve(now);
         if self.closed {
-            Err(TryTakeError::Closed)
-        } else if tokens == 0 {
-            // Taking nothing cannot jump the queue.
-            Ok(())
-        } else if tokens > self.capacity() {
-            Err(TryTakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: self.capacity(),
-            })
-        } else if self.queue.is_empty() && self.limits.tokens() >= tokens {
-            Ok(())
-        } else {
-            let wait = match self.limits.wait_behind(&self.queue, tokens) {
-                // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
-                NEVER => Duration::MAX,
-                nanos => Duration::from_nanos(nanos),
-            };
-            Err(TryTakeError::Insufficient { retry_after: wait })
+            return Err(closed);
+        }
+        Ok(screen(tokens, self.capacity())?)
+    }
+
+    /// Whether `tokens` more may queue under the queue limit.
+    fn check_queue_limit(&self, tokens: u64) -> Result<(), TakeError> {
+        let queued = self.queue.tokens();
+        match self.queue_limit {
+            Some(limit)
+                if queued
+                    .checked_add(tokens)
+                    .map_or(true, |total| total > limit) =>
+            {
+                Err(TakeError::QueueFull { queued, limit })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -371,26 +393,8 @@ impl State {
     /// fit its smallest capacity and its queue limit. Nothing is granted here, even with
     /// the tokens there: the composite decides over all its members at once.
     pub(crate) fn admit_hold(&mut self, tokens: u64, now: u64) -> Result<(), TakeError> {
-        self.serve(now);
-        if self.closed {
-            return Err(TakeError::Closed);
-        }
-        if tokens > self.capacity() {
-            return Err(TakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: self.capacity(),
-            });
-        }
-        if let Some(limit) = self.queue_limit {
-            let queued = self.queue.tokens();
-            if queued
-                .checked_add(tokens)
-                .map_or(true, |total| total > limit)
-            {
-                return Err(TakeError::QueueFull { queued, limit });
-            }
-        }
-        Ok(())
+        self.screen(tokens, now, TakeError::Closed)?;
+        self.check_queue_limit(tokens)
     }
 
     /// Where hold `id` for `tokens` stands at `now`; while it is queued, `waker` is the
@@ -453,18 +457,8 @@ impl State {
 
     /// Decides a request on its first poll: served now, refused now, or it must queue.
     pub(crate) fn admit(&mut self, request: Request, now: u64) -> Result<Admission, TakeError> {
-        self.serve(now);
-        if self.closed {
-            return Err(TakeError::Closed);
-        }
-        if request.tokens == 0 {
+        if self.screen(request.tokens, now, TakeError::Closed)? == Screened::Nothing {
             return Ok(Admission::Granted);
-        }
-        if request.tokens > self.capacity() {
-            return Err(TakeError::ExceedsCapacity {
-                requested: request.tokens,
-                capacity: self.capacity(),
-            });
         }
         if self.queue.is_empty() && self.limits.tokens() >= request.tokens {
             let consumed = request.consumes();
@@ -478,15 +472,7 @@ impl State {
             self.tally.add_timed_out();
             return Err(TakeError::Timeout);
         }
-        if let Some(limit) = self.queue_limit {
-            let queued = self.queue.tokens();
-            if queued
-                .checked_add(request.tokens)
-                .map_or(true, |total| total > limit)
-            {
-                return Err(TakeError::QueueFull { queued, limit });
-            }
-        }
+        self.check_queue_limit(request.tokens)?;
         Ok(Admission::MustWait)
     }
 
