@@ -154,25 +154,19 @@ impl FastPath {
         self.word.load(Acquire) & !FIELD_MASK == word & !FIELD_MASK
     }
 
-    /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
-    #[inline]
-    pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
-        // Reading nothing more: the compiler drops the reading altogether.
-        let (outcome, ()) = self.attempt(tokens, now, |_, _, _| ())?;
-        Some(outcome.map_err(|(refusal, units)| self.refuse(refusal, units)))
-    }
-
-    /// [`try_take`](FastPath::try_take), and the [`Quota`] it leaves, read from the word
-    /// the compare-and-swap wrote (or the refusal was decided on) at the same `now`.
-    #[inline]
-    pub(crate) fn try_take_quota(
+    /// Takes `tokens` at `now` if nobody waits, and `read`s the word it was decided on (see
+    /// [`attempt`](FastPath::attempt)): [`Units::quota`] for the [`Quota`] it leaves, or
+    /// nothing, which the compiler then drops altogether. `None`: the lock must decide.
+    #[inline(always)]
+    pub(crate) fn try_take<R>(
         &self,
         tokens: u64,
         now: u64,
-    ) -> Option<(Result<(), TryTakeError>, Quota)> {
-        let (outcome, quota) = self.attempt(tokens, now, Units::quota)?;
+        read: impl FnOnce(&Units, u64, u64) -> R,
+    ) -> Option<(Result<(), TryTakeError>, R)> {
+        let (outcome, reading) = self.attempt(tokens, now, read)?;
         let result = outcome.map_err(|(refusal, units)| self.refuse(refusal, units));
-        Some((result, quota))
+        Some((result, reading))
     }
 
     /// The error for a refused attempt, counted. Out of line: refusals are the rarer
@@ -375,6 +369,12 @@ mod tests {
         ledger
     }
 
+    /// `try_take` on the word, reading nothing more.
+    fn try_take(fast: &FastPath, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
+        fast.try_take(tokens, now, |_, _, _| ())
+            .map(|(result, ())| result)
+    }
+
     /// What the lock's holder does when the word sends a `try_take` to it: seize, decide
     /// on the ledger, publish (moving the base when it must).
     fn try_take_locked(
@@ -456,8 +456,7 @@ mod tests {
                     step = (step * 7_919 + 104_729) % (3 * SECOND / 2);
                     let tokens = request % (capacity + 1);
                     let expected = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
-                    let decided = fast
-                        .try_take(tokens, now)
+                    let decided = try_take(&fast, tokens, now)
                         .unwrap_or_else(|| try_take_locked(&fast, tokens, now, rate, capacity));
                     assert_eq!(decided, expected, "{rate} capacity {capacity} at {now}");
                     if let Some(available) = fast.available(now) {
@@ -483,7 +482,7 @@ mod tests {
             ledger.change_rate(first, rate);
             let fast = FastPath::new(&ledger, rate, 7);
             let mut expected = ledger.clone();
-            let decided = fast.try_take(1, 1_000_000).expect("the word is open");
+            let decided = try_take(&fast, 1, 1_000_000).expect("the word is open");
             assert_eq!(
                 decided,
                 ledger_try_take(&mut expected, 1, 1_000_000, rate, 7),
@@ -500,7 +499,7 @@ mod tests {
         let rate = Rate::per_hour(1);
         let ledger = Ledger::new(10_000, 0);
         let fast = FastPath::new(&ledger, rate, 10_000);
-        assert_eq!(fast.try_take(1, 0), None);
+        assert_eq!(try_take(&fast, 1, 0), None);
         assert_eq!(fast.available(0), None);
         // A rate of more than 2^33 units a nanosecond would have to move its base more
         // often than once a millisecond.
@@ -509,7 +508,7 @@ mod tests {
             Rate::new(u64::MAX, Duration::from_nanos(1)),
             1,
         );
-        assert_eq!(fast.try_take(1, 0), None);
+        assert_eq!(try_take(&fast, 1, 0), None);
     }
 
     #[test]
@@ -519,11 +518,11 @@ mod tests {
         let ledger = fast.seize(SECOND, rate).expect("the word held the state");
         assert_eq!(ledger.tokens(), 5);
         assert_eq!(fast.seize(SECOND, rate), None, "seized twice");
-        assert_eq!(fast.try_take(1, SECOND), None);
+        assert_eq!(try_take(&fast, 1, SECOND), None);
         assert!(!fast.take_now(1, SECOND));
         assert_eq!(fast.settings_and_tokens(SECOND), None);
         fast.publish(&ledger, rate, 5);
-        assert_eq!(fast.try_take(1, SECOND), Some(Ok(())));
+        assert_eq!(try_take(&fast, 1, SECOND), Some(Ok(())));
         assert_eq!(fast.available(SECOND), Some(4));
     }
 
@@ -539,7 +538,7 @@ mod tests {
         let mut now = 0;
         while now < 120 * SECOND {
             now += 7 * SECOND / 10 + 13;
-            let result = fast.try_take(capacity, now).unwrap_or_else(|| {
+            let result = try_take(&fast, capacity, now).unwrap_or_else(|| {
                 moves += 1;
                 try_take_locked(&fast, capacity, now, rate, capacity)
             });
