@@ -46,7 +46,7 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
-use crate::bucket::counters::Counters;
+use crate::bucket::counters::{Count, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::units::{Refusal, Units, REBASE_AT_WORD as REBASE_AT, WORD};
 use crate::error::TryTakeError;
@@ -174,7 +174,7 @@ impl FastPath {
     #[cold]
     #[inline(never)]
     fn refuse(&self, refusal: Refusal, units: Units) -> TryTakeError {
-        self.counters.add_denied(1);
+        self.counters.add(Count::Denied, 1);
         units.error(refusal)
     }
 
@@ -208,7 +208,7 @@ impl FastPath {
                         if !self.swap(&seen, end) {
                             continue;
                         }
-                        self.counters.add_taken(tokens);
+                        self.counters.add(Count::Taken, tokens);
                     }
                     return Some((Ok(()), read(&units, end, now_units)));
                 }
@@ -346,6 +346,7 @@ impl FastPath {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::bucket::counters::Tally;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -551,7 +552,10 @@ mod tests {
         }
         // Units pass the horizon every 18 s: 6 moves in 120 s.
         assert!(moves >= 6, "the base moved {moves} times");
-        assert_eq!(fast.counters.read().taken, taken - moves * capacity);
+        assert_eq!(
+            fast.counters.read(&Tally::default()).taken,
+            taken - moves * capacity
+        );
         let held = fast.seize(now, rate).expect("open");
         assert_eq!(held, ledger, "the word and the ledger agree to the part");
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bucket::counters::Tally;
 use crate::bucket::future::{Closed, Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{self, Limit};
@@ -792,7 +793,7 @@ impl TokenBucket {
     pub fn stats(&self) -> Stats {
         let now = self.shared.clock.now();
         if let Some((rate, capacity, available)) = self.shared.fast.settings_and_tokens(now) {
-            let counted = self.shared.fast.counters.read();
+            let counted = self.shared.fast.counters.read(&Tally::default());
             return Stats {
                 available,
                 capacity,
@@ -809,7 +810,7 @@ impl TokenBucket {
         // Read under the lock, with the word seized: no grant made later is counted (a
         // fast-path grant made just before the seize may be counted an instant later).
         self.shared.update(now, |state, now| {
-            state.stats(now, self.shared.fast.counters.read())
+            state.stats(now, &self.shared.fast.counters)
         })
     }
 

@@ -18,7 +18,7 @@
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::bucket::counters::{Counted, Counters};
+use crate::bucket::counters::{Count, Counters, Tally};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{Limit, Limits};
 use crate::bucket::outcomes::{Outcomes, Published};
@@ -120,41 +120,6 @@ pub(crate) enum Leaving {
     Dropped,
     /// Its deadline passed.
     DeadlinePassed,
-}
-
-/// What this lock section counted, added to the bucket's atomic
-/// [`Counters`] when the lock is released (see [`State::flush_tally`]), so that the
-/// state's own code stays sequential.
-#[derive(Debug, Default)]
-struct Tally {
-    taken: u64,
-    /// Grants counted earlier that nobody saw.
-    untaken: u64,
-    refunded: u64,
-    denied: u64,
-    timed_out: u64,
-}
-
-impl Tally {
-    fn add_taken(&mut self, tokens: u64) {
-        self.taken = self.taken.saturating_add(tokens);
-    }
-
-    fn remove_taken(&mut self, tokens: u64) {
-        self.untaken = self.untaken.saturating_add(tokens);
-    }
-
-    fn add_refunded(&mut self, tokens: u64) {
-        self.refunded = self.refunded.saturating_add(tokens);
-    }
-
-    fn add_denied(&mut self) {
-        self.denied = self.denied.saturating_add(1);
-    }
-
-    fn add_timed_out(&mut self) {
-        self.timed_out = self.timed_out.saturating_add(1);
-    }
 }
 
 #[derive(Debug)]
@@ -266,7 +231,7 @@ impl State {
                 }
                 // Those behind it could not be served while it stood in front of them.
                 self.limits.advance(head.deadline);
-                self.tally.add_timed_out();
+                self.tally.add(Count::TimedOut, 1);
                 if let Some((id, waker)) = self.queue.pop_head() {
                     self.outcomes.decided(id, Outcome::TimedOut);
                     self.wakers.push(waker);
@@ -285,7 +250,7 @@ impl State {
             self.limits.take(consumed);
             // `head` returned a live waiter.
             if let Some((id, waker)) = self.queue.pop_head() {
-                self.tally.add_taken(consumed);
+                self.tally.add(Count::Taken, consumed);
                 if consumed > 0 {
                     self.limits.granted(id, consumed);
                 }
@@ -298,7 +263,7 @@ impl State {
         if self.queue.expiring(now) {
             let (tally, outcomes, wakers) = (&mut self.tally, &mut self.outcomes, &mut self.wakers);
             self.queue.expire(now, |id, waker| {
-                tally.add_timed_out();
+                tally.add(Count::TimedOut, 1);
                 outcomes.decided(id, Outcome::TimedOut);
                 wakers.push(waker);
             });
@@ -376,7 +341,7 @@ impl State {
 
     /// Counts a request refused.
     pub(crate) fn note_denied(&mut self) {
-        self.tally.add_denied();
+        self.tally.add(Count::Denied, 1);
     }
 
     /// Takes `tokens`, which [`check_take`](State::check_take) allowed in this same lock
@@ -384,7 +349,7 @@ impl State {
     pub(crate) fn take_checked(&mut self, tokens: u64) {
         self.before_take(tokens);
         self.limits.take(tokens);
-        self.tally.add_taken(tokens);
+        self.tally.add(Count::Taken, tokens);
     }
 
     // ----- A composite's hold (see `composite/`) --------------------------------------
@@ -431,7 +396,7 @@ impl State {
         self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {
-            self.tally.add_taken(tokens);
+            self.tally.add(Count::Taken, tokens);
             self.outcomes.granted(id);
         }
         self.serve(now);
@@ -464,12 +429,12 @@ impl State {
             let consumed = request.consumes();
             self.before_take(consumed);
             self.limits.take(consumed);
-            self.tally.add_taken(consumed);
+            self.tally.add(Count::Taken, consumed);
             return Ok(Admission::Granted);
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
         if self.limits.ready_at(request.tokens) > request.deadline {
-            self.tally.add_timed_out();
+            self.tally.add(Count::TimedOut, 1);
             return Err(TakeError::Timeout);
         }
         self.check_queue_limit(request.tokens)?;
@@ -504,7 +469,7 @@ impl State {
         let now = self.serve(now);
         if self.queue.abandon(id) {
             if why == Leaving::DeadlinePassed {
-                self.tally.add_timed_out();
+                self.tally.add(Count::TimedOut, 1);
             }
             // It may have been the head that held the others back.
             self.serve(now);
@@ -540,7 +505,7 @@ impl State {
         if self.closed {
             return;
         }
-        self.tally.add_refunded(tokens);
+        self.tally.add(Count::Refunded, tokens);
         self.limits.refund(tokens);
         self.changed_at(now);
     }
@@ -550,7 +515,7 @@ impl State {
     /// comes back completes. Nothing comes back for a grant the record forgot, but it is
     /// undone all the same: it no longer counts as taken.
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
-        self.tally.remove_taken(request.consumes());
+        self.tally.add(Count::Untaken, request.consumes());
         if self.limits.give_back_unseen(id) {
             self.changed_at(now);
         }
@@ -654,24 +619,20 @@ impl State {
             .finish_where(|_| true, |_, _, waker| wakers.push(waker));
     }
 
-    /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
-    /// section began.
-    pub(crate) fn stats(&mut self, now: u64, counted: Counted) -> Stats {
+    /// A snapshot at `now`, counting what `counters` hold and this lock section counted.
+    pub(crate) fn stats(&mut self, now: u64, counters: &Counters) -> Stats {
         self.serve(now);
-        let tally = &self.tally;
+        let counted = counters.read(&self.tally);
         Stats {
             available: self.limits.tokens(),
             capacity: self.capacity(),
             rate: self.rate(),
             queued: self.queue.len(),
             queued_tokens: self.queue.tokens(),
-            taken: counted
-                .taken
-                .saturating_add(tally.taken)
-                .saturating_sub(tally.untaken),
-            refunded: counted.refunded.saturating_add(tally.refunded),
-            denied: counted.denied.saturating_add(tally.denied),
-            timed_out: counted.timed_out.saturating_add(tally.timed_out),
+            taken: counted.taken,
+            refunded: counted.refunded,
+            denied: counted.denied,
+            timed_out: counted.timed_out,
             closed: self.closed,
         }
     }
@@ -707,22 +668,7 @@ impl State {
 
     /// Adds what this lock section counted to the bucket's counters, and starts afresh.
     pub(crate) fn flush_tally(&mut self, counters: &Counters) {
-        let tally = std::mem::take(&mut self.tally);
-        if tally.taken > 0 {
-            counters.add_taken(tally.taken);
-        }
-        if tally.untaken > 0 {
-            counters.remove_taken(tally.untaken);
-        }
-        if tally.refunded > 0 {
-            counters.add_refunded(tally.refunded);
-        }
-        if tally.denied > 0 {
-            counters.add_denied(tally.denied);
-        }
-        if tally.timed_out > 0 {
-            counters.add_timed_out(tally.timed_out);
-        }
+        counters.flush(&mut self.tally);
     }
 
     /// Makes `ledger`, read from the fast path's word, the authority.
@@ -820,13 +766,6 @@ mod tests {
     use super::*;
 
     const SECOND: u64 = 1_000_000_000;
-    const NOTHING_COUNTED: Counted = Counted {
-        taken: 0,
-        denied: 0,
-        refunded: 0,
-        timed_out: 0,
-    };
-
     fn empty_bucket_at_one_per_second() -> State {
         let settings = Settings {
             rate: Rate::per_second(1),
@@ -878,7 +817,7 @@ mod tests {
         wakers.into_iter().for_each(Waker::wake);
         assert_eq!(counting.woken(), 1);
         assert_eq!(state.poll_outcome(id, &waker), Some(Outcome::Granted));
-        assert_eq!(state.stats(SECOND, NOTHING_COUNTED).taken, 1);
+        assert_eq!(state.stats(SECOND, &Counters::new()).taken, 1);
     }
 
     #[test]
@@ -891,7 +830,7 @@ mod tests {
             // Decided under the lock; the waiter has not been woken yet.
             let seen = state.leave(id, request, why, SECOND);
             assert_eq!(seen, Some(Outcome::Granted), "{why:?}");
-            let stats = state.stats(SECOND, NOTHING_COUNTED);
+            let stats = state.stats(SECOND, &Counters::new());
             let books = (stats.available, stats.taken, stats.queued);
             match why {
                 // Nobody will see it: undone as if never made.
