@@ -326,17 +326,16 @@ impl State {
 
     /// Whether `tokens` more may queue under the queue limit.
     fn check_queue_limit(&self, tokens: u64) -> Result<(), TakeError> {
-        let queued = self.queue.tokens();
-        match self.queue_limit {
-            Some(limit)
-                if queued
-                    .checked_add(tokens)
-                    .map_or(true, |total| total > limit) =>
-            {
-                Err(TakeError::QueueFull { queued, limit })
-            }
-            _ => Ok(()),
+        let (queued, Some(limit)) = (self.queue.tokens(), self.queue_limit) else {
+            return Ok(());
+        };
+        if queued
+            .checked_add(tokens)
+            .map_or(true, |total| total > limit)
+        {
+            return Err(TakeError::QueueFull { queued, limit });
         }
+        Ok(())
     }
 
     /// Counts a request refused.
@@ -580,14 +579,11 @@ impl State {
         self.queue.finish_where(
             |request| request.tokens > smallest,
             |id, request, waker| {
-                let requested = request.tokens;
-                outcomes.decided(
-                    id,
-                    Outcome::ExceedsCapacity {
-                        requested,
-                        capacity: smallest,
-                    },
-                );
+                let too_large = TooLarge {
+                    requested: request.tokens,
+                    most: smallest,
+                };
+                outcomes.decided(id, Outcome::TooLarge(too_large));
                 wakers.push(waker);
             },
         );

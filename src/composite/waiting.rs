@@ -363,13 +363,7 @@ impl<'a> Places<'a> {
 /// Why a bucket took a hold out of its queue.
 fn left_because(outcome: Outcome) -> AcquireError {
     match outcome {
-        Outcome::ExceedsCapacity {
-            requested,
-            capacity,
-        } => AcquireError::ExceedsLimit {
-            requested,
-            limit: capacity,
-        },
+        Outcome::TooLarge(too_large) => too_large.into(),
         // A hold has no deadline and is never granted by the bucket: a close is left.
         Outcome::Closed | Outcome::RefillFailed | Outcome::TimedOut | Outcome::Granted => {
             AcquireError::Closed
