@@ -151,6 +151,7 @@ mod window;
 // The foundations every room uses.
 mod clock;
 mod error;
+mod permits;
 mod rate;
 mod sync;
 

@@ -78,7 +78,7 @@ impl CompactBucket {
         let units = &self.units;
         *word = units
             .decide(*word, tokens, now_units)
-            .map_err(|refusal| units.error(tokens, refusal))?;
+            .map_err(|refusal| units.error(refusal))?;
         Ok(())
     }
 

@@ -7,19 +7,29 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::sync::AtomicU64;
 
-/// Counters of what a bucket did.
-#[derive(Debug)]
-#[repr(C)]
-pub(crate) struct Counters {
-    // The fast path adds to these two.
-    taken: AtomicU64,
-    denied: AtomicU64,
-    // The rest change only under the lock.
-    /// Grants counted in `taken` that nobody saw.
-    untaken: AtomicU64,
-    refunded: AtomicU64,
-    timed_out: AtomicU64,
+/// What a bucket counts. The fast path adds to the first two, which come first so that
+/// they share the word's line; the rest change only under the lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Count {
+    Taken,
+    Denied,
+    /// Grants counted in `Taken` that nobody saw: they no longer count.
+    Untaken,
+    Refunded,
+    TimedOut,
 }
+
+const COUNTS: usize = 5;
+
+/// Counters of what a bucket did, one per [`Count`].
+#[derive(Debug)]
+pub(crate) struct Counters([AtomicU64; COUNTS]);
+
+/// What one lock section counted, in plain integers, added to the [`Counters`] when the
+/// lock is released (see [`Counters::flush`]), so that the state's own code stays
+/// sequential.
+#[derive(Debug, Default)]
+pub(crate) struct Tally([u64; COUNTS]);
 
 /// A snapshot of [`Counters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,49 +40,43 @@ pub(crate) struct Counted {
     pub(crate) timed_out: u64,
 }
 
+impl Tally {
+    pub(crate) fn add(&mut self, count: Count, amount: u64) {
+        let counted = &mut self.0[count as usize];
+        *counted = counted.saturating_add(amount);
+    }
+}
+
 impl Counters {
     pub(crate) fn new() -> Counters {
-        Counters {
-            taken: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
-            untaken: AtomicU64::new(0),
-            refunded: AtomicU64::new(0),
-            timed_out: AtomicU64::new(0),
+        Counters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, count: Count, amount: u64) {
+        saturating_add(&self.0[count as usize], amount);
+    }
+
+    /// Adds what a lock section counted, and starts its tally afresh.
+    pub(crate) fn flush(&self, tally: &mut Tally) {
+        for (counter, amount) in self.0.iter().zip(std::mem::take(tally).0) {
+            if amount > 0 {
+                saturating_add(counter, amount);
+            }
         }
     }
 
-    #[inline]
-    pub(crate) fn add_taken(&self, tokens: u64) {
-        saturating_add(&self.taken, tokens);
-    }
-
-    /// A grant nobody saw: it no longer counts.
-    pub(crate) fn remove_taken(&self, tokens: u64) {
-        saturating_add(&self.untaken, tokens);
-    }
-
-    #[inline]
-    pub(crate) fn add_denied(&self, requests: u64) {
-        saturating_add(&self.denied, requests);
-    }
-
-    pub(crate) fn add_refunded(&self, tokens: u64) {
-        saturating_add(&self.refunded, tokens);
-    }
-
-    pub(crate) fn add_timed_out(&self, requests: u64) {
-        saturating_add(&self.timed_out, requests);
-    }
-
-    pub(crate) fn read(&self) -> Counted {
+    /// What the counters hold, with `pending` (a lock section's tally, not flushed yet).
+    pub(crate) fn read(&self, pending: &Tally) -> Counted {
+        let read = |count: Count| {
+            let index = count as usize;
+            self.0[index].load(Relaxed).saturating_add(pending.0[index])
+        };
         Counted {
-            taken: self
-                .taken
-                .load(Relaxed)
-                .saturating_sub(self.untaken.load(Relaxed)),
-            denied: self.denied.load(Relaxed),
-            refunded: self.refunded.load(Relaxed),
-            timed_out: self.timed_out.load(Relaxed),
+            taken: read(Count::Taken).saturating_sub(read(Count::Untaken)),
+            denied: read(Count::Denied),
+            refunded: read(Count::Refunded),
+            timed_out: read(Count::TimedOut),
         }
     }
 }
@@ -98,25 +102,25 @@ mod tests {
             for _ in 0..8 {
                 scope.spawn(|| {
                     for _ in 0..1_000 {
-                        counters.add_taken(2);
-                        counters.add_denied(1);
+                        counters.add(Count::Taken, 2);
+                        counters.add(Count::Denied, 1);
                     }
                 });
             }
         });
-        counters.remove_taken(6);
-        let counted = counters.read();
+        counters.add(Count::Untaken, 6);
+        let counted = counters.read(&Tally::default());
         assert_eq!((counted.taken, counted.denied), (15_994, 8_000));
     }
 
     #[test]
     fn counters_saturate_rather_than_wrap() {
         let counters = Counters::new();
-        counters.add_taken(u64::MAX - 1);
-        counters.add_taken(5);
-        assert_eq!(counters.read().taken, u64::MAX);
-        counters.add_refunded(u64::MAX);
-        counters.add_refunded(1);
-        assert_eq!(counters.read().refunded, u64::MAX);
+        counters.add(Count::Taken, u64::MAX - 1);
+        counters.add(Count::Taken, 5);
+        assert_eq!(counters.read(&Tally::default()).taken, u64::MAX);
+        counters.add(Count::Refunded, u64::MAX);
+        counters.add(Count::Refunded, 1);
+        assert_eq!(counters.read(&Tally::default()).refunded, u64::MAX);
     }
 }

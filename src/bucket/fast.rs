@@ -46,7 +46,7 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
-use crate::bucket::counters::Counters;
+use crate::bucket::counters::{Count, Counters};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::units::{Refusal, Units, REBASE_AT_WORD as REBASE_AT, WORD};
 use crate::error::TryTakeError;
@@ -154,34 +154,28 @@ impl FastPath {
         self.word.load(Acquire) & !FIELD_MASK == word & !FIELD_MASK
     }
 
-    /// Takes `tokens` at `now` if nobody waits. `None`: the lock must decide.
-    #[inline]
-    pub(crate) fn try_take(&self, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
-        // Reading nothing more: the compiler drops the reading altogether.
-        let (outcome, ()) = self.attempt(tokens, now, |_, _, _| ())?;
-        Some(outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units)))
-    }
-
-    /// [`try_take`](FastPath::try_take), and the [`Quota`] it leaves, read from the word
-    /// the compare-and-swap wrote (or the refusal was decided on) at the same `now`.
-    #[inline]
-    pub(crate) fn try_take_quota(
+    /// Takes `tokens` at `now` if nobody waits, and `read`s the word it was decided on (see
+    /// [`attempt`](FastPath::attempt)): [`Units::quota`] for the [`Quota`] it leaves, or
+    /// nothing, which the compiler then drops altogether. `None`: the lock must decide.
+    #[inline(always)]
+    pub(crate) fn try_take<R>(
         &self,
         tokens: u64,
         now: u64,
-    ) -> Option<(Result<(), TryTakeError>, Quota)> {
-        let (outcome, quota) = self.attempt(tokens, now, Units::quota)?;
-        let result = outcome.map_err(|(refusal, units)| self.refuse(tokens, refusal, units));
-        Some((result, quota))
+        read: impl FnOnce(&Units, u64, u64) -> R,
+    ) -> Option<(Result<(), TryTakeError>, R)> {
+        let (outcome, reading) = self.attempt(tokens, now, read)?;
+        let result = outcome.map_err(|(refusal, units)| self.refuse(refusal, units));
+        Some((result, reading))
     }
 
     /// The error for a refused attempt, counted. Out of line: refusals are the rarer
     /// outcome, and the taking path inlined into callers stays small without them.
     #[cold]
     #[inline(never)]
-    fn refuse(&self, tokens: u64, refusal: Refusal, units: Units) -> TryTakeError {
-        self.counters.add_denied(1);
-        units.error(tokens, refusal)
+    fn refuse(&self, refusal: Refusal, units: Units) -> TryTakeError {
+        self.counters.add(Count::Denied, 1);
+        units.error(refusal)
     }
 
     /// Takes `tokens` at `now` if nobody waits and they are there: `true` when taken,
@@ -214,7 +208,7 @@ impl FastPath {
                         if !self.swap(&seen, end) {
                             continue;
                         }
-                        self.counters.add_taken(tokens);
+                        self.counters.add(Count::Taken, tokens);
                     }
                     return Some((Ok(()), read(&units, end, now_units)));
                 }
@@ -352,6 +346,7 @@ impl FastPath {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::bucket::counters::Tally;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -373,6 +368,12 @@ mod tests {
         ledger.advance(now, rate);
         ledger.cap(capacity);
         ledger
+    }
+
+    /// `try_take` on the word, reading nothing more.
+    fn try_take(fast: &FastPath, tokens: u64, now: u64) -> Option<Result<(), TryTakeError>> {
+        fast.try_take(tokens, now, |_, _, _| ())
+            .map(|(result, ())| result)
     }
 
     /// What the lock's holder does when the word sends a `try_take` to it: seize, decide
@@ -456,8 +457,7 @@ mod tests {
                     step = (step * 7_919 + 104_729) % (3 * SECOND / 2);
                     let tokens = request % (capacity + 1);
                     let expected = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
-                    let decided = fast
-                        .try_take(tokens, now)
+                    let decided = try_take(&fast, tokens, now)
                         .unwrap_or_else(|| try_take_locked(&fast, tokens, now, rate, capacity));
                     assert_eq!(decided, expected, "{rate} capacity {capacity} at {now}");
                     if let Some(available) = fast.available(now) {
@@ -483,7 +483,7 @@ mod tests {
             ledger.change_rate(first, rate);
             let fast = FastPath::new(&ledger, rate, 7);
             let mut expected = ledger.clone();
-            let decided = fast.try_take(1, 1_000_000).expect("the word is open");
+            let decided = try_take(&fast, 1, 1_000_000).expect("the word is open");
             assert_eq!(
                 decided,
                 ledger_try_take(&mut expected, 1, 1_000_000, rate, 7),
@@ -500,7 +500,7 @@ mod tests {
         let rate = Rate::per_hour(1);
         let ledger = Ledger::new(10_000, 0);
         let fast = FastPath::new(&ledger, rate, 10_000);
-        assert_eq!(fast.try_take(1, 0), None);
+        assert_eq!(try_take(&fast, 1, 0), None);
         assert_eq!(fast.available(0), None);
         // A rate of more than 2^33 units a nanosecond would have to move its base more
         // often than once a millisecond.
@@ -509,7 +509,7 @@ mod tests {
             Rate::new(u64::MAX, Duration::from_nanos(1)),
             1,
         );
-        assert_eq!(fast.try_take(1, 0), None);
+        assert_eq!(try_take(&fast, 1, 0), None);
     }
 
     #[test]
@@ -519,11 +519,11 @@ mod tests {
         let ledger = fast.seize(SECOND, rate).expect("the word held the state");
         assert_eq!(ledger.tokens(), 5);
         assert_eq!(fast.seize(SECOND, rate), None, "seized twice");
-        assert_eq!(fast.try_take(1, SECOND), None);
+        assert_eq!(try_take(&fast, 1, SECOND), None);
         assert!(!fast.take_now(1, SECOND));
         assert_eq!(fast.settings_and_tokens(SECOND), None);
         fast.publish(&ledger, rate, 5);
-        assert_eq!(fast.try_take(1, SECOND), Some(Ok(())));
+        assert_eq!(try_take(&fast, 1, SECOND), Some(Ok(())));
         assert_eq!(fast.available(SECOND), Some(4));
     }
 
@@ -539,7 +539,7 @@ mod tests {
         let mut now = 0;
         while now < 120 * SECOND {
             now += 7 * SECOND / 10 + 13;
-            let result = fast.try_take(capacity, now).unwrap_or_else(|| {
+            let result = try_take(&fast, capacity, now).unwrap_or_else(|| {
                 moves += 1;
                 try_take_locked(&fast, capacity, now, rate, capacity)
             });
@@ -552,7 +552,10 @@ mod tests {
         }
         // Units pass the horizon every 18 s: 6 moves in 120 s.
         assert!(moves >= 6, "the base moved {moves} times");
-        assert_eq!(fast.counters.read().taken, taken - moves * capacity);
+        assert_eq!(
+            fast.counters.read(&Tally::default()).taken,
+            taken - moves * capacity
+        );
         let held = fast.seize(now, rate).expect("open");
         assert_eq!(held, ledger, "the word and the ledger agree to the part");
     }

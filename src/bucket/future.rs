@@ -207,13 +207,7 @@ fn result_of(outcome: Outcome) -> Result<(), TakeError> {
         Outcome::TimedOut => Err(TakeError::Timeout),
         Outcome::Closed => Err(TakeError::Closed),
         Outcome::RefillFailed => Err(TakeError::RefillFailed),
-        Outcome::ExceedsCapacity {
-            requested,
-            capacity,
-        } => Err(TakeError::ExceedsCapacity {
-            requested,
-            capacity,
-        }),
+        Outcome::TooLarge(too_large) => Err(too_large.into()),
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bucket::counters::Tally;
 use crate::bucket::future::{Closed, Take, TakeTimeout, Wait, WaitTimeout};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{self, Limit};
@@ -13,6 +14,7 @@ use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::shared::{HeldBucket, Shared};
 use crate::bucket::state::{Leaving, Settings, State};
 use crate::bucket::stats::{LimitStats, Stats};
+use crate::bucket::units::Units;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::error::{ConfigError, TryTakeError};
 use crate::observe::Observer;
@@ -186,13 +188,34 @@ impl TokenBucket {
     /// ```
     #[inline]
     pub fn try_take(&self, tokens: u64) -> Result<(), TryTakeError> {
+        self.try_take_reading(tokens, |_, _, _| (), |_, _| ()).0
+    }
+
+    /// [`try_take`](TokenBucket::try_take), and the [`Quota`] it leaves, read in the same
+    /// step: on the fast path from the word its compare-and-swap wrote (or its refusal
+    /// was decided on) at the same instant, else in the same lock section.
+    #[inline]
+    pub(crate) fn try_take_quota(&self, tokens: u64) -> (Result<(), TryTakeError>, Quota) {
+        self.try_take_reading(tokens, Units::quota, State::quota)
+    }
+
+    /// `try_take`, and what it was decided on, read in the same step: by `fast` on the
+    /// fast path (see [`FastPath::try_take`](crate::bucket::fast::FastPath::try_take)),
+    /// else by `locked` in the same lock section.
+    #[inline(always)]
+    fn try_take_reading<R>(
+        &self,
+        tokens: u64,
+        fast: impl FnOnce(&Units, u64, u64) -> R,
+        locked: impl FnOnce(&mut State, u64) -> R,
+    ) -> (Result<(), TryTakeError>, R) {
         let now = self.shared.clock.now();
-        let result = match self.shared.fast.try_take(tokens, now) {
-            Some(result) => result,
-            None => self.try_take_locked(tokens, now),
+        let decided = match self.shared.fast.try_take(tokens, now, fast) {
+            Some(decided) => decided,
+            None => self.try_take_locked(tokens, now, locked),
         };
-        self.report(tokens, result);
-        result
+        self.report(tokens, decided.0);
+        decided
     }
 
     /// Reports a `try_take` of `tokens` decided `result` (see `observe/`): nothing at all
@@ -218,35 +241,18 @@ impl TokenBucket {
         }
     }
 
-    /// `try_take` when the word sends it to the lock. Kept out of line, so that the fast
-    /// path inlined into callers stays small.
+    /// `try_take` when the word sends it to the lock, and `read` in the same section. Kept
+    /// out of line, so that the fast path inlined into callers stays small.
     #[inline(never)]
-    fn try_take_locked(&self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
-        self.shared
-            .update(now, |state, now| state.try_take(tokens, now))
-    }
-
-    /// [`try_take`](TokenBucket::try_take), and the [`Quota`] it leaves, read in the same
-    /// step: on the fast path from the word its compare-and-swap wrote (or its refusal
-    /// was decided on) at the same instant, else in the same lock section.
-    #[inline]
-    pub(crate) fn try_take_quota(&self, tokens: u64) -> (Result<(), TryTakeError>, Quota) {
-        let now = self.shared.clock.now();
-        let decided = match self.shared.fast.try_take_quota(tokens, now) {
-            Some(decided) => decided,
-            None => self.try_take_quota_locked(tokens, now),
-        };
-        self.report(tokens, decided.0);
-        decided
-    }
-
-    /// `try_take_quota` when the word sends it to the lock: out of line, as
-    /// `try_take_locked` is.
-    #[inline(never)]
-    fn try_take_quota_locked(&self, tokens: u64, now: u64) -> (Result<(), TryTakeError>, Quota) {
+    fn try_take_locked<R>(
+        &self,
+        tokens: u64,
+        now: u64,
+        read: impl FnOnce(&mut State, u64) -> R,
+    ) -> (Result<(), TryTakeError>, R) {
         self.shared.update(now, |state, now| {
             let result = state.try_take(tokens, now);
-            (result, state.quota(now))
+            (result, read(state, now))
         })
     }
 
@@ -787,7 +793,7 @@ impl TokenBucket {
     pub fn stats(&self) -> Stats {
         let now = self.shared.clock.now();
         if let Some((rate, capacity, available)) = self.shared.fast.settings_and_tokens(now) {
-            let counted = self.shared.fast.counters.read();
+            let counted = self.shared.fast.counters.read(&Tally::default());
             return Stats {
                 available,
                 capacity,
@@ -804,7 +810,7 @@ impl TokenBucket {
         // Read under the lock, with the word seized: no grant made later is counted (a
         // fast-path grant made just before the seize may be counted an instant later).
         self.shared.update(now, |state, now| {
-            state.stats(now, self.shared.fast.counters.read())
+            state.stats(now, &self.shared.fast.counters)
         })
     }
 

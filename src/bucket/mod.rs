@@ -29,8 +29,9 @@
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
-//! It uses only the crate's foundations: `rate`, `clock`, `error` and the `sync` shim,
-//! and the plain types of `quota` it reports.
+//! It uses only the crate's foundations: `rate`, `clock`, `error`, `permits` (the rule
+//! every request meets first) and the `sync` shim, and the plain types of `quota` it
+//! reports.
 //! Nothing here knows of windows or adapters; `compact.rs` knows only that keys keep
 //! their words under a lock.
 

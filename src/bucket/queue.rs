@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::task::Waker;
 
 use crate::clock::NEVER;
+use crate::permits::TooLarge;
 
 /// What a waiter is told when it leaves the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub(crate) enum Outcome {
     /// The refill task panicked, and the bucket closed.
     RefillFailed,
     /// The capacity was lowered below its request.
-    ExceedsCapacity { requested: u64, capacity: u64 },
+    TooLarge(TooLarge),
 }
 
 /// Whether a request consumes its tokens or only waits for them to be there.

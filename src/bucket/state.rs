@@ -18,7 +18,7 @@
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::bucket::counters::{Counted, Counters};
+use crate::bucket::counters::{Count, Counters, Tally};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{Limit, Limits};
 use crate::bucket::outcomes::{Outcomes, Published};
@@ -27,6 +27,7 @@ use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::unseen::Unseen;
 use crate::clock::{duration_from_nanos, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
+use crate::permits::{screen, Screened, TooLarge};
 use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 
@@ -119,41 +120,6 @@ pub(crate) enum Leaving {
     Dropped,
     /// Its deadline passed.
     DeadlinePassed,
-}
-
-/// What this lock section counted, added to the bucket's atomic
-/// [`Counters`] when the lock is released (see [`State::flush_tally`]), so that the
-/// state's own code stays sequential.
-#[derive(Debug, Default)]
-struct Tally {
-    taken: u64,
-    /// Grants counted earlier that nobody saw.
-    untaken: u64,
-    refunded: u64,
-    denied: u64,
-    timed_out: u64,
-}
-
-impl Tally {
-    fn add_taken(&mut self, tokens: u64) {
-        self.taken = self.taken.saturating_add(tokens);
-    }
-
-    fn remove_taken(&mut self, tokens: u64) {
-        self.untaken = self.untaken.saturating_add(tokens);
-    }
-
-    fn add_refunded(&mut self, tokens: u64) {
-        self.refunded = self.refunded.saturating_add(tokens);
-    }
-
-    fn add_denied(&mut self) {
-        self.denied = self.denied.saturating_add(1);
-    }
-
-    fn add_timed_out(&mut self) {
-        self.timed_out = self.timed_out.saturating_add(1);
-    }
 }
 
 #[derive(Debug)]
@@ -265,7 +231,7 @@ impl State {
                 }
                 // Those behind it could not be served while it stood in front of them.
                 self.limits.advance(head.deadline);
-                self.tally.add_timed_out();
+                self.tally.add(Count::TimedOut, 1);
                 if let Some((id, waker)) = self.queue.pop_head() {
                     self.outcomes.decided(id, Outcome::TimedOut);
                     self.wakers.push(waker);
@@ -284,7 +250,7 @@ impl State {
             self.limits.take(consumed);
             // `head` returned a live waiter.
             if let Some((id, waker)) = self.queue.pop_head() {
-                self.tally.add_taken(consumed);
+                self.tally.add(Count::Taken, consumed);
                 if consumed > 0 {
                     self.limits.granted(id, consumed);
                 }
@@ -297,7 +263,7 @@ impl State {
         if self.queue.expiring(now) {
             let (tally, outcomes, wakers) = (&mut self.tally, &mut self.outcomes, &mut self.wakers);
             self.queue.expire(now, |id, waker| {
-                tally.add_timed_out();
+                tally.add(Count::TimedOut, 1);
                 outcomes.decided(id, Outcome::TimedOut);
                 wakers.push(waker);
             });
@@ -329,32 +295,52 @@ impl State {
     /// counting nothing. A composite asks each member this before it takes
     /// from any (see `composite/`).
     pub(crate) fn check_take(&mut self, tokens: u64, now: u64) -> Result<(), TryTakeError> {
+        // Taking nothing cannot jump the queue.
+        if self.screen(tokens, now, TryTakeError::Closed)? == Screened::Nothing
+            || self.queue.is_empty() && self.limits.tokens() >= tokens
+        {
+            return Ok(());
+        }
+        let retry_after = match self.limits.wait_behind(&self.queue, tokens) {
+            // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
+            NEVER => Duration::MAX,
+            nanos => Duration::from_nanos(nanos),
+        };
+        Err(TryTakeError::Insufficient { retry_after })
+    }
+
+    /// Serves up to `now`, then what every request meets before the tokens: the bucket is
+    /// open (else `closed`), and the request fits its smallest capacity (see `permits`).
+    fn screen<E: From<TooLarge>>(
+        &mut self,
+        tokens: u64,
+        now: u64,
+        closed: E,
+    ) -> Result<Screened, E> {
         self.serve(now);
         if self.closed {
-            Err(TryTakeError::Closed)
-        } else if tokens == 0 {
-            // Taking nothing cannot jump the queue.
-            Ok(())
-        } else if tokens > self.capacity() {
-            Err(TryTakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: self.capacity(),
-            })
-        } else if self.queue.is_empty() && self.limits.tokens() >= tokens {
-            Ok(())
-        } else {
-            let wait = match self.limits.wait_behind(&self.queue, tokens) {
-                // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
-                NEVER => Duration::MAX,
-                nanos => Duration::from_nanos(nanos),
-            };
-            Err(TryTakeError::Insufficient { retry_after: wait })
+            return Err(closed);
         }
+        Ok(screen(tokens, self.capacity())?)
+    }
+
+    /// Whether `tokens` more may queue under the queue limit.
+    fn check_queue_limit(&self, tokens: u64) -> Result<(), TakeError> {
+        let (queued, Some(limit)) = (self.queue.tokens(), self.queue_limit) else {
+            return Ok(());
+        };
+        if queued
+            .checked_add(tokens)
+            .map_or(true, |total| total > limit)
+        {
+            return Err(TakeError::QueueFull { queued, limit });
+        }
+        Ok(())
     }
 
     /// Counts a request refused.
     pub(crate) fn note_denied(&mut self) {
-        self.tally.add_denied();
+        self.tally.add(Count::Denied, 1);
     }
 
     /// Takes `tokens`, which [`check_take`](State::check_take) allowed in this same lock
@@ -362,7 +348,7 @@ impl State {
     pub(crate) fn take_checked(&mut self, tokens: u64) {
         self.before_take(tokens);
         self.limits.take(tokens);
-        self.tally.add_taken(tokens);
+        self.tally.add(Count::Taken, tokens);
     }
 
     // ----- A composite's hold (see `composite/`) --------------------------------------
@@ -371,26 +357,8 @@ impl State {
     /// fit its smallest capacity and its queue limit. Nothing is granted here, even with
     /// the tokens there: the composite decides over all its members at once.
     pub(crate) fn admit_hold(&mut self, tokens: u64, now: u64) -> Result<(), TakeError> {
-        self.serve(now);
-        if self.closed {
-            return Err(TakeError::Closed);
-        }
-        if tokens > self.capacity() {
-            return Err(TakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: self.capacity(),
-            });
-        }
-        if let Some(limit) = self.queue_limit {
-            let queued = self.queue.tokens();
-            if queued
-                .checked_add(tokens)
-                .map_or(true, |total| total > limit)
-            {
-                return Err(TakeError::QueueFull { queued, limit });
-            }
-        }
-        Ok(())
+        self.screen(tokens, now, TakeError::Closed)?;
+        self.check_queue_limit(tokens)
     }
 
     /// Where hold `id` for `tokens` stands at `now`; while it is queued, `waker` is the
@@ -427,7 +395,7 @@ impl State {
         self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {
-            self.tally.add_taken(tokens);
+            self.tally.add(Count::Taken, tokens);
             self.outcomes.granted(id);
         }
         self.serve(now);
@@ -453,40 +421,22 @@ impl State {
 
     /// Decides a request on its first poll: served now, refused now, or it must queue.
     pub(crate) fn admit(&mut self, request: Request, now: u64) -> Result<Admission, TakeError> {
-        self.serve(now);
-        if self.closed {
-            return Err(TakeError::Closed);
-        }
-        if request.tokens == 0 {
+        if self.screen(request.tokens, now, TakeError::Closed)? == Screened::Nothing {
             return Ok(Admission::Granted);
-        }
-        if request.tokens > self.capacity() {
-            return Err(TakeError::ExceedsCapacity {
-                requested: request.tokens,
-                capacity: self.capacity(),
-            });
         }
         if self.queue.is_empty() && self.limits.tokens() >= request.tokens {
             let consumed = request.consumes();
             self.before_take(consumed);
             self.limits.take(consumed);
-            self.tally.add_taken(consumed);
+            self.tally.add(Count::Taken, consumed);
             return Ok(Admission::Granted);
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
         if self.limits.ready_at(request.tokens) > request.deadline {
-            self.tally.add_timed_out();
+            self.tally.add(Count::TimedOut, 1);
             return Err(TakeError::Timeout);
         }
-        if let Some(limit) = self.queue_limit {
-            let queued = self.queue.tokens();
-            if queued
-                .checked_add(request.tokens)
-                .map_or(true, |total| total > limit)
-            {
-                return Err(TakeError::QueueFull { queued, limit });
-            }
-        }
+        self.check_queue_limit(request.tokens)?;
         Ok(Admission::MustWait)
     }
 
@@ -518,7 +468,7 @@ impl State {
         let now = self.serve(now);
         if self.queue.abandon(id) {
             if why == Leaving::DeadlinePassed {
-                self.tally.add_timed_out();
+                self.tally.add(Count::TimedOut, 1);
             }
             // It may have been the head that held the others back.
             self.serve(now);
@@ -554,7 +504,7 @@ impl State {
         if self.closed {
             return;
         }
-        self.tally.add_refunded(tokens);
+        self.tally.add(Count::Refunded, tokens);
         self.limits.refund(tokens);
         self.changed_at(now);
     }
@@ -564,7 +514,7 @@ impl State {
     /// comes back completes. Nothing comes back for a grant the record forgot, but it is
     /// undone all the same: it no longer counts as taken.
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
-        self.tally.remove_taken(request.consumes());
+        self.tally.add(Count::Untaken, request.consumes());
         if self.limits.give_back_unseen(id) {
             self.changed_at(now);
         }
@@ -629,14 +579,11 @@ impl State {
         self.queue.finish_where(
             |request| request.tokens > smallest,
             |id, request, waker| {
-                let requested = request.tokens;
-                outcomes.decided(
-                    id,
-                    Outcome::ExceedsCapacity {
-                        requested,
-                        capacity: smallest,
-                    },
-                );
+                let too_large = TooLarge {
+                    requested: request.tokens,
+                    most: smallest,
+                };
+                outcomes.decided(id, Outcome::TooLarge(too_large));
                 wakers.push(waker);
             },
         );
@@ -668,24 +615,20 @@ impl State {
             .finish_where(|_| true, |_, _, waker| wakers.push(waker));
     }
 
-    /// A snapshot at `now`; `counted` is what the bucket's counters held when this lock
-    /// section began.
-    pub(crate) fn stats(&mut self, now: u64, counted: Counted) -> Stats {
+    /// A snapshot at `now`, counting what `counters` hold and this lock section counted.
+    pub(crate) fn stats(&mut self, now: u64, counters: &Counters) -> Stats {
         self.serve(now);
-        let tally = &self.tally;
+        let counted = counters.read(&self.tally);
         Stats {
             available: self.limits.tokens(),
             capacity: self.capacity(),
             rate: self.rate(),
             queued: self.queue.len(),
             queued_tokens: self.queue.tokens(),
-            taken: counted
-                .taken
-                .saturating_add(tally.taken)
-                .saturating_sub(tally.untaken),
-            refunded: counted.refunded.saturating_add(tally.refunded),
-            denied: counted.denied.saturating_add(tally.denied),
-            timed_out: counted.timed_out.saturating_add(tally.timed_out),
+            taken: counted.taken,
+            refunded: counted.refunded,
+            denied: counted.denied,
+            timed_out: counted.timed_out,
             closed: self.closed,
         }
     }
@@ -721,22 +664,7 @@ impl State {
 
     /// Adds what this lock section counted to the bucket's counters, and starts afresh.
     pub(crate) fn flush_tally(&mut self, counters: &Counters) {
-        let tally = std::mem::take(&mut self.tally);
-        if tally.taken > 0 {
-            counters.add_taken(tally.taken);
-        }
-        if tally.untaken > 0 {
-            counters.remove_taken(tally.untaken);
-        }
-        if tally.refunded > 0 {
-            counters.add_refunded(tally.refunded);
-        }
-        if tally.denied > 0 {
-            counters.add_denied(tally.denied);
-        }
-        if tally.timed_out > 0 {
-            counters.add_timed_out(tally.timed_out);
-        }
+        counters.flush(&mut self.tally);
     }
 
     /// Makes `ledger`, read from the fast path's word, the authority.
@@ -834,13 +762,6 @@ mod tests {
     use super::*;
 
     const SECOND: u64 = 1_000_000_000;
-    const NOTHING_COUNTED: Counted = Counted {
-        taken: 0,
-        denied: 0,
-        refunded: 0,
-        timed_out: 0,
-    };
-
     fn empty_bucket_at_one_per_second() -> State {
         let settings = Settings {
             rate: Rate::per_second(1),
@@ -892,7 +813,7 @@ mod tests {
         wakers.into_iter().for_each(Waker::wake);
         assert_eq!(counting.woken(), 1);
         assert_eq!(state.poll_outcome(id, &waker), Some(Outcome::Granted));
-        assert_eq!(state.stats(SECOND, NOTHING_COUNTED).taken, 1);
+        assert_eq!(state.stats(SECOND, &Counters::new()).taken, 1);
     }
 
     #[test]
@@ -905,7 +826,7 @@ mod tests {
             // Decided under the lock; the waiter has not been woken yet.
             let seen = state.leave(id, request, why, SECOND);
             assert_eq!(seen, Some(Outcome::Granted), "{why:?}");
-            let stats = state.stats(SECOND, NOTHING_COUNTED);
+            let stats = state.stats(SECOND, &Counters::new());
             let books = (stats.available, stats.taken, stats.queued);
             match why {
                 // Nobody will see it: undone as if never made.

@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use crate::bucket::ledger::Ledger;
 use crate::error::TryTakeError;
+use crate::permits::{screen, Screened, TooLarge};
 use crate::quota::Quota;
 use crate::rate::{gcd, Rate};
 
 /// Why a word refuses to take tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    ExceedsCapacity,
+    TooLarge(TooLarge),
     /// The tokens are not there yet: `short` units are missing.
     TooEarly {
         short: u64,
@@ -117,20 +118,6 @@ impl Units {
             .filter(|&units| units < self.span.horizon)
     }
 
-    /// Where `empty_at` moves when `tokens` are taken at `now_units`: `Ok` with the new
-    /// value, or `Err` with how many units too early that is.
-    #[inline]
-    pub(crate) fn take(&self, empty_at: u64, tokens: u64, now_units: u64) -> Result<u64, u64> {
-        let from = empty_at.max(now_units - self.full());
-        // `tokens` is at most the capacity, so this stays below the field's top.
-        let end = from + tokens * self.per_token;
-        if end <= now_units {
-            Ok(end)
-        } else {
-            Err(end - now_units)
-        }
-    }
-
     /// `try_take` on a word holding `empty_at`, at `now_units`, with nobody waiting: `Ok`
     /// with the word's new `empty_at` (the same for zero tokens), or why not. The fast
     /// path's word and a compact key decide with this one piece of arithmetic.
@@ -141,23 +128,25 @@ impl Units {
         tokens: u64,
         now_units: u64,
     ) -> Result<u64, Refusal> {
-        if tokens == 0 {
+        if screen(tokens, self.capacity).map_err(Refusal::TooLarge)? == Screened::Nothing {
             return Ok(empty_at);
         }
-        if tokens > self.capacity {
-            return Err(Refusal::ExceedsCapacity);
+        let from = empty_at.max(now_units - self.full());
+        // `tokens` is at most the capacity, so this stays below the field's top.
+        let end = from + tokens * self.per_token;
+        if end <= now_units {
+            Ok(end)
+        } else {
+            Err(Refusal::TooEarly {
+                short: end - now_units,
+            })
         }
-        self.take(empty_at, tokens, now_units)
-            .map_err(|short| Refusal::TooEarly { short })
     }
 
-    /// What `try_take` of `tokens` answers for `refusal`.
-    pub(crate) fn error(&self, tokens: u64, refusal: Refusal) -> TryTakeError {
+    /// What `try_take` answers for `refusal`.
+    pub(crate) fn error(&self, refusal: Refusal) -> TryTakeError {
         match refusal {
-            Refusal::ExceedsCapacity => TryTakeError::ExceedsCapacity {
-                requested: tokens,
-                capacity: self.capacity,
-            },
+            Refusal::TooLarge(too_large) => too_large.into(),
             Refusal::TooEarly { short } => TryTakeError::Insufficient {
                 retry_after: self.wait(short),
             },

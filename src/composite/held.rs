@@ -157,8 +157,6 @@ pub(crate) fn try_parts(
                 }
                 verdict
             }
-            // Nothing is taken, so the line is not jumped.
-            Held::Window { .. } if permits == 0 => Ok(()),
             Held::Window { held, .. } => held.check(permits),
         };
         if let Err(error) = verdict {

@@ -26,6 +26,7 @@ use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_distinct, claim_roles, Hooks, Indexed, Part};
 use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::acquire_error;
+use crate::permits::screen;
 use crate::window::turnstile::Queued;
 
 /// How a composite waits for its members.
@@ -183,13 +184,10 @@ fn join<'a>(
                     .and_then(|()| state.ensure_refill())
                     .map_err(acquire_error)
             }
-            (Part::Window(window), _) if permits > window.limit() => {
-                Err(AcquireError::ExceedsLimit {
-                    requested: permits,
-                    limit: window.limit(),
-                })
-            }
-            _ => Ok(()),
+            (Part::Window(window), _) => screen(permits, window.limit())
+                .map(drop)
+                .map_err(AcquireError::from),
+            _ => unreachable!("each member is locked as its kind"),
         };
         if let Err(error) = verdict {
             if refused.map_or(true, |(first, _)| indexed.member < first) {
@@ -365,13 +363,7 @@ impl<'a> Places<'a> {
 /// Why a bucket took a hold out of its queue.
 fn left_because(outcome: Outcome) -> AcquireError {
     match outcome {
-        Outcome::ExceedsCapacity {
-            requested,
-            capacity,
-        } => AcquireError::ExceedsLimit {
-            requested,
-            limit: capacity,
-        },
+        Outcome::TooLarge(too_large) => too_large.into(),
         // A hold has no deadline and is never granted by the bucket: a close is left.
         Outcome::Closed | Outcome::RefillFailed | Outcome::TimedOut | Outcome::Granted => {
             AcquireError::Closed

@@ -11,6 +11,7 @@ use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
 use crate::limiter::Limiter;
 use crate::observe::{Kind, Observer};
+use crate::permits::{screen, Screened};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{AtomicU64, Identity};
 use crate::window::turnstile::{Line, Turnstile};
@@ -296,15 +297,13 @@ impl FixedWindow {
     ) -> impl Future<Output = Result<(), AcquireError>> + Send + '_ {
         async move {
             let shared = &self.shared;
-            if permits == 0 {
-                return Ok(());
-            }
-            if shared.exceeds_limit(permits) {
-                self.observer.refused(permits, None);
-                return Err(AcquireError::ExceedsLimit {
-                    requested: permits,
-                    limit: shared.limit,
-                });
+            match screen(permits, shared.limit) {
+                Ok(Screened::Nothing) => return Ok(()),
+                Ok(Screened::Decide) => {}
+                Err(too_large) => {
+                    self.observer.refused(permits, None);
+                    return Err(too_large.into());
+                }
             }
             let attempt = |permits, as_of| shared.admit_head(permits, as_of);
             shared
@@ -560,10 +559,10 @@ impl Shared {
         permits: u64,
         read: impl FnOnce(u64, Current, Option<&Line>) -> R,
     ) -> (Result<(), TryAcquireError>, Option<R>) {
-        match self.must_count(permits) {
-            Ok(true) => {}
-            Ok(false) => return (Ok(()), None),
-            Err(error) => return (Err(error), None),
+        match screen(permits, self.limit) {
+            Ok(Screened::Decide) => {}
+            Ok(Screened::Nothing) => return (Ok(()), None),
+            Err(too_large) => return (Err(too_large.into()), None),
         }
         if self.turnstile.is_waiting() {
             let line = self.turnstile.line();
@@ -733,23 +732,6 @@ impl Shared {
     fn window_start(&self, current: Current, later: u128) -> u128 {
         let window = u128::from(current.clock_window) + u128::from(current.ahead) + later;
         window.saturating_mul(self.window.as_nanos())
-    }
-
-    fn exceeds_limit(&self, permits: u64) -> bool {
-        permits > self.limit
-    }
-
-    /// Whether a `try_acquire` of `permits` has anything to count: not for zero permits
-    /// (taking nothing cannot jump the line), an error above the limit.
-    #[inline]
-    fn must_count(&self, permits: u64) -> Result<bool, TryAcquireError> {
-        if self.exceeds_limit(permits) {
-            return Err(TryAcquireError::ExceedsLimit {
-                requested: permits,
-                limit: self.limit,
-            });
-        }
-        Ok(permits > 0)
     }
 }
 
@@ -957,7 +939,8 @@ impl FixedWindow {
         now: u64,
     ) -> Result<(), TryAcquireError> {
         let shared = &self.shared;
-        if !shared.must_count(permits)? {
+        // Taking nothing cannot jump the line.
+        if screen(permits, shared.limit)? == Screened::Nothing {
             return Ok(());
         }
         let (next, _) = shared
@@ -1147,11 +1130,8 @@ impl Drop for HeldFixed<'_> {
 impl WindowHeld for HeldFixed<'_> {
     fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
         let shared = self.shared;
-        if shared.exceeds_limit(permits) {
-            return Err(TryAcquireError::ExceedsLimit {
-                requested: permits,
-                limit: shared.limit,
-            });
+        if screen(permits, shared.limit)? == Screened::Nothing {
+            return Ok(());
         }
         let current = self.current();
         let waiting = shared.turnstile.is_waiting();

@@ -12,8 +12,8 @@
 //!   through: their line, and their state held at the composite's instant.
 //! - `ring.rs`: reading a circular buffer oldest first.
 //!
-//! It uses the crate's foundations (`clock`, `error`, `sync`, whose docs give the order
-//! every path takes the limiters' locks in) and the plain types of `quota`, and
+//! It uses the crate's foundations (`clock`, `error`, `permits`, `sync`, whose docs give
+//! the order every path takes the limiters' locks in) and the plain types of `quota`, and
 //! implements [`Limiter`](crate::Limiter); it uses neither the token bucket nor
 //! `composite/`, which uses it.
 

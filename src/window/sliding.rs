@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::clock::{duration_from_nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, TryAcquireError};
 use crate::observe::{Kind, Observer};
+use crate::permits::{screen, Screened, TooLarge};
 use crate::quota::{Decision, Policy, Quota};
 use crate::sync::{Identity, Mutex, MutexGuard};
 use crate::window::turnstile::{Line, Turnstile};
@@ -180,19 +181,9 @@ impl<T: Tally> Sliding<T> {
         (tally, now)
     }
 
-    /// What to do with a request before looking at the tally.
-    fn screen(&self, permits: u64) -> Screened {
-        let limit = self.shared.settings.limit;
-        if permits > limit {
-            Screened::ExceedsLimit {
-                requested: permits,
-                limit,
-            }
-        } else if permits == 0 {
-            Screened::Nothing
-        } else {
-            Screened::Decide
-        }
+    /// What to do with a request before looking at the tally (see `permits`).
+    fn screen(&self, permits: u64) -> Result<Screened, TooLarge> {
+        screen(permits, self.shared.settings.limit)
     }
 
     /// Runs `section` on the tally at now, given the line, held, when anybody waits:
@@ -221,12 +212,9 @@ impl<T: Tally> Sliding<T> {
         read: impl FnOnce(&T, Option<&Line>, u64) -> R,
     ) -> (Result<(), TryAcquireError>, Option<R>) {
         match self.screen(permits) {
-            Screened::ExceedsLimit { requested, limit } => (
-                Err(TryAcquireError::ExceedsLimit { requested, limit }),
-                None,
-            ),
-            Screened::Nothing => (Ok(()), None),
-            Screened::Decide => self.locked(|tally, line, now| {
+            Err(too_large) => (Err(too_large.into()), None),
+            Ok(Screened::Nothing) => (Ok(()), None),
+            Ok(Screened::Decide) => self.locked(|tally, line, now| {
                 let result = self.check(tally, line, permits, now);
                 if result.is_ok() {
                     tally.record(permits, now);
@@ -337,12 +325,12 @@ impl<T: Tally> Sliding<T> {
 
     pub(crate) async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
         match self.screen(permits) {
-            Screened::ExceedsLimit { requested, limit } => {
+            Err(too_large) => {
                 self.observer.refused(permits, None);
-                Err(AcquireError::ExceedsLimit { requested, limit })
+                Err(too_large.into())
             }
-            Screened::Nothing => Ok(()),
-            Screened::Decide => {
+            Ok(Screened::Nothing) => Ok(()),
+            Ok(Screened::Decide) => {
                 let attempt = |permits, as_of| self.admit_head(permits, as_of);
                 let (clock, turnstile) = (&self.shared.clock, &self.shared.turnstile);
                 turnstile
@@ -414,8 +402,8 @@ pub(crate) struct HeldSliding<'a, T: Tally> {
 
 impl<T: Tally> WindowHeld for HeldSliding<'_, T> {
     fn check(&mut self, permits: u64) -> Result<(), TryAcquireError> {
-        if let Screened::ExceedsLimit { requested, limit } = self.sliding.screen(permits) {
-            return Err(TryAcquireError::ExceedsLimit { requested, limit });
+        if self.sliding.screen(permits)? == Screened::Nothing {
+            return Ok(());
         }
         self.sliding
             .check(&self.tally, Some(&self.line), permits, self.now)
@@ -475,16 +463,6 @@ impl<T: Tally> Window for Sliding<T> {
             now,
         })
     }
-}
-
-/// What [`Sliding::screen`] made of a request.
-enum Screened {
-    /// More permits than the limit: never admitted.
-    ExceedsLimit { requested: u64, limit: u64 },
-    /// Zero permits: admitted at once, even with others in line, as it takes nothing.
-    Nothing,
-    /// Up to the tally and the line.
-    Decide,
 }
 
 /// The first instant from `from` (the floor or later) at which the last of `requests`
