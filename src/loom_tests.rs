@@ -24,13 +24,14 @@ use loom::thread;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill;
 use crate::bucket::state::Leaving;
-use crate::bucket::TokenBucket;
+use crate::bucket::{Take, TokenBucket};
 use crate::clock::{model_time, NEVER};
-use crate::error::{TakeError, TryAcquireError, TryTakeError};
+use crate::composite::{all, all_in_turn, All, Members};
+use crate::error::{TakeError, TryAcquireAllError, TryAcquireError, TryTakeError};
+use crate::keyed::Keyed;
 use crate::limiter::Limiter;
 use crate::rate::Rate;
 use crate::window::{FixedWindow, SlidingLog};
-use crate::Take;
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -84,8 +85,8 @@ fn bucket(capacity: u64, initial: u64) -> TokenBucket {
 }
 
 /// Keys of one shard, each a bucket of one token a second holding at most `capacity`.
-fn keyed_on_one_shard(capacity: u64) -> crate::Keyed<u8, TokenBucket> {
-    crate::Keyed::builder(bucket(capacity, capacity))
+fn keyed_on_one_shard(capacity: u64) -> Keyed<u8, TokenBucket> {
+    Keyed::builder(bucket(capacity, capacity))
         .shards(1)
         .build()
         .unwrap()
@@ -612,7 +613,7 @@ fn loom_a_fold_racing_a_fast_taker_grants_each_token_once() {
         );
         assert_eq!(
             keyed.try_acquire(&0, 1),
-            Err(crate::TryAcquireError::Limited {
+            Err(TryAcquireError::Limited {
                 retry_after: Duration::from_secs(1)
             })
         );
@@ -654,7 +655,7 @@ fn loom_a_fold_as_a_line_empties_racing_a_new_acquire_grants_each_token_once() {
         );
         assert_eq!(
             keyed.try_acquire(&0, 1),
-            Err(crate::TryAcquireError::Limited {
+            Err(TryAcquireError::Limited {
                 retry_after: Duration::from_secs(1)
             })
         );
@@ -675,11 +676,11 @@ fn loom_composites_in_opposite_orders_never_deadlock_and_take_from_both_or_neith
         let b = bucket(1, 1);
         let forward = {
             let (a, b) = (a.clone(), b.clone());
-            thread::spawn(move || crate::all((&a, &b)).unwrap().try_acquire(1).is_ok())
+            thread::spawn(move || all((&a, &b)).unwrap().try_acquire(1).is_ok())
         };
         let backward = {
             let (a, b) = (a.clone(), b.clone());
-            thread::spawn(move || crate::all((&b, &a)).unwrap().try_acquire(1).is_ok())
+            thread::spawn(move || all((&b, &a)).unwrap().try_acquire(1).is_ok())
         };
         let plain = on_thread(&a, |a| a.try_take(1).is_ok());
         let composites = [forward, backward]
@@ -709,7 +710,7 @@ fn loom_a_key_member_takes_from_its_word_and_the_global_bucket_or_from_neither()
         let composite = {
             let (keys, global) = (Arc::clone(&keys), global.clone());
             thread::spawn(move || {
-                crate::all_in_turn((keys.member(&0), &global))
+                all_in_turn((keys.member(&0), &global))
                     .unwrap()
                     .try_acquire(1)
                     .is_ok()
@@ -748,12 +749,7 @@ fn loom_a_composite_over_fixed_windows_and_a_lock_free_try_never_both_win() {
         let second = Arc::new(FixedWindow::new(1, Duration::from_secs(1)).unwrap());
         let composite = {
             let (first, second) = (Arc::clone(&first), Arc::clone(&second));
-            thread::spawn(move || {
-                crate::all((&*first, &*second))
-                    .unwrap()
-                    .try_acquire(1)
-                    .is_ok()
-            })
+            thread::spawn(move || all((&*first, &*second)).unwrap().try_acquire(1).is_ok())
         };
         let plain = {
             let first = Arc::clone(&first);
@@ -799,7 +795,7 @@ fn assert_settled(bucket: &TokenBucket, taken: u64, holds: u64, window: &FixedWi
 /// `composite.acquire(1)` on this thread: polled once at whatever instant the model is
 /// at, which joins every line when it must wait; then, with the clock at `at`, polled
 /// to the end, woken by whoever stands ahead of it in a line when that one leaves.
-fn acquire_one_by(composite: &crate::All<impl crate::Members + Sync>, at: u64) {
+fn acquire_one_by(composite: &All<impl Members + Sync>, at: u64) {
     let mut acquire = Box::pin(composite.acquire(1));
     let first = acquire
         .as_mut()
@@ -848,9 +844,9 @@ fn loom_waiting_composites_in_opposite_orders_join_both_lines_in_one_order() {
         let bucket = bucket(2, 0);
         let window = long_window(2);
         let backward = on_thread_with(&bucket, &window, |bucket, window| {
-            acquire_one_by(&crate::all((window, bucket)).unwrap(), 2 * SECOND);
+            acquire_one_by(&all((window, bucket)).unwrap(), 2 * SECOND);
         });
-        acquire_one_by(&crate::all((&bucket, &window)).unwrap(), 2 * SECOND);
+        acquire_one_by(&all((&bucket, &window)).unwrap(), 2 * SECOND);
         backward.join().unwrap();
         assert_settled(&bucket, 2, 0, &window, 0);
     });
@@ -858,10 +854,7 @@ fn loom_waiting_composites_in_opposite_orders_join_both_lines_in_one_order() {
 
 /// `composite.acquire(1)` polled once at 0, where it must wait (so it joins every
 /// line), then once more with the clock at `at`, then dropped: whether it was admitted.
-fn acquire_one_polled_at_0_and_at(
-    composite: &crate::All<impl crate::Members + Sync>,
-    at: u64,
-) -> bool {
+fn acquire_one_polled_at_0_and_at(composite: &All<impl Members + Sync>, at: u64) -> bool {
     let mut acquire = Box::pin(composite.acquire(1));
     let mut cx = Context::from_waker(noop_waker_ref());
     assert!(
@@ -890,7 +883,7 @@ fn loom_a_plain_try_on_a_window_racing_a_waiting_composite_never_shares_its_perm
         let bucket = bucket(1, 0);
         let window = long_window(1);
         let plain = on_thread_with(&bucket, &window, |_, window| window.try_acquire(1).is_ok());
-        let composite = crate::all((&bucket, &window)).unwrap();
+        let composite = all((&bucket, &window)).unwrap();
         let admitted = acquire_one_polled_at_0_and_at(&composite, SECOND);
         let plain = plain.join().unwrap();
         assert!(admitted != plain, "the window's one permit, once");
@@ -909,7 +902,7 @@ fn loom_a_plain_try_on_a_bucket_never_passes_a_waiting_composite() {
         let bucket = bucket(1, 0);
         let window = long_window(1);
         let plain = on_thread(&bucket, |bucket| bucket.try_take(1).is_ok());
-        let composite = crate::all((&bucket, &window)).unwrap();
+        let composite = all((&bucket, &window)).unwrap();
         assert!(acquire_one_polled_at_0_and_at(&composite, SECOND));
         assert!(!plain.join().unwrap(), "the plain try passed the composite");
         assert_settled(&bucket, 1, 0, &window, 0);
@@ -929,7 +922,7 @@ fn loom_a_waiting_composite_dropped_as_the_bucket_hands_it_the_head_gives_its_pl
         let bucket = bucket(2, 0);
         let window = long_window(1);
         let ahead = queue(&bucket, take(1));
-        let composite = crate::all((&bucket, &window)).unwrap();
+        let composite = all((&bucket, &window)).unwrap();
         let mut acquire = Box::pin(composite.acquire(1));
         let polled = acquire
             .as_mut()
@@ -974,14 +967,14 @@ fn loom_a_composite_joining_a_sliding_log_and_a_window_racing_a_composite_try_ne
     model(|| {
         let log = full_log();
         let window = long_window(2);
-        let alone = crate::all([&log]).unwrap();
+        let alone = all([&log]).unwrap();
         let mut ahead = Box::pin(alone.acquire(1));
         let mut cx = Context::from_waker(noop_waker_ref());
         assert!(ahead.as_mut().poll(&mut cx).is_pending(), "the log is full");
         let joining = {
             let (log, window) = (log.clone(), window.clone());
             thread::spawn(move || {
-                let both = crate::all((&log, &window)).unwrap();
+                let both = all((&log, &window)).unwrap();
                 let mut acquire = Box::pin(both.acquire(1));
                 let polled = acquire
                     .as_mut()
@@ -992,14 +985,14 @@ fn loom_a_composite_joining_a_sliding_log_and_a_window_racing_a_composite_try_ne
         let trying = {
             let (log, window) = (log.clone(), window.clone());
             thread::spawn(move || {
-                let composite = crate::all((&log, &window)).unwrap().try_acquire(1);
+                let composite = all((&log, &window)).unwrap().try_acquire(1);
                 (composite, log.try_acquire(1))
             })
         };
         assert!(joining.join().unwrap(), "the log is full: it waits");
         let (composite, plain) = trying.join().unwrap();
         let composite = match composite {
-            Err(crate::TryAcquireAllError::Limited { retry_after }) => retry_after,
+            Err(TryAcquireAllError::Limited { retry_after }) => retry_after,
             other => panic!("expected Limited, got {other:?}"),
         };
         let Err(TryAcquireError::Limited { retry_after: plain }) = plain else {

@@ -930,8 +930,10 @@ impl fmt::Debug for TokenBucket {
 mod tests {
     use std::time::Duration;
 
+    use super::TokenBucket;
     use crate::bucket::refill::Served;
-    use crate::{Rate, TakeError, TokenBucket, TryTakeError};
+    use crate::error::{TakeError, TryTakeError};
+    use crate::rate::Rate;
 
     /// On a real clock, so that a task restarted for ever (which never lets paused time
     /// move) fails the timeout instead of hanging the test.

@@ -12,7 +12,8 @@ use futures::task::noop_waker_ref;
 use tokio::runtime::Runtime;
 
 use crate::composite::{all, Part, Piece, Sealed};
-use crate::{FixedWindow, SlidingLog, TryAcquireAllError, TryAcquireError};
+use crate::error::{TryAcquireAllError, TryAcquireError};
+use crate::window::{FixedWindow, SlidingLog};
 
 /// A current-thread runtime on a paused clock, which stands still unless it runs.
 fn paused_runtime() -> Runtime {

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::HeaderName;
 use tower::Layer;
 
 use super::client_ip::Cidr;
@@ -16,6 +15,7 @@ use super::key::{KeyExtractor, RequestHead};
 use super::limits::{private::Decide, Limits, Local};
 use super::response::{DefaultRefusal, Refusal, RefusalFn};
 use super::service::RateLimit;
+use super::shared::{Handling, MissingKey, Mode, Settle, Shared};
 use crate::bucket::TokenBucket;
 use crate::composite::Member;
 use crate::error::ConfigError;
@@ -29,49 +29,6 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// The default names of the two limits in the `RateLimit` header fields.
 const DEFAULT_NAMES: [&str; 2] = ["client", "global"];
-
-/// A cost function: the permits a request is charged up front.
-type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>;
-
-/// What a layer does with a request its limits refuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Answer it at once (the default).
-    Refuse,
-    /// Wait up to this long (see [`RateLimitBuilder::wait_up_to`]); refuse if it cannot
-    /// pass by then.
-    Wait(Duration),
-    /// Let it through all the same, with the headers a refusal would have: decide and
-    /// count, never refuse.
-    Shadow,
-}
-
-/// What to do with a request whose key cannot be found (see [`KeyError`](super::KeyError)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MissingKey<K> {
-    /// Refuse it with the error's status, `400` or `500` (the default).
-    Refuse,
-    /// Let it through, unlimited and without headers.
-    Allow,
-    /// Count it under this key: every request without a key shares its budget.
-    Key(K),
-}
-
-/// Where the true cost of a request is read after its response, to settle what it was
-/// charged up front (see [`RateLimitBuilder::settle`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settle {
-    /// An [`ActualCost`] the handler put in the response's extensions.
-    Extension,
-    /// A response header holding a whole number, such as `x-tokens-used`.
-    Header(HeaderName),
-}
-
-/// The true cost of a request, put in its response's extensions by the handler, when the
-/// layer [settles](RateLimitBuilder::settle) from [`Settle::Extension`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ActualCost(pub u64);
 
 /// Why a layer could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,19 +64,6 @@ impl From<ConfigError> for BuildError {
     fn from(error: ConfigError) -> BuildError {
         BuildError::Config(error)
     }
-}
-
-/// What every service of one layer shares.
-pub(crate) struct Shared<X: KeyExtractor, B, H> {
-    pub(crate) key: X,
-    pub(crate) limits: B,
-    pub(crate) fields: Fields,
-    pub(crate) handling: Handling<X::Key>,
-    pub(crate) respond: H,
-    /// Requests a shadow layer let through that it would have refused.
-    pub(crate) shadow_refusals: AtomicU64,
-    /// What the layer reports through, if it is named.
-    pub(crate) observer: HttpObserver,
 }
 
 /// A tower [`Layer`] that limits HTTP requests per key (a client IP, an API key) and,
@@ -272,16 +216,6 @@ pub(crate) struct Settings<K, H> {
     legacy: bool,
     handling: Handling<K>,
     respond: H,
-}
-
-/// How each request is handled around its decision; kept as it is by the layer.
-pub(crate) struct Handling<K> {
-    pub(crate) mode: Mode,
-    pub(crate) missing: MissingKey<K>,
-    pub(crate) allow_keys: HashSet<K>,
-    pub(crate) allow_cidrs: Vec<Cidr>,
-    pub(crate) cost: Option<CostFn>,
-    pub(crate) settle: Option<Settle>,
 }
 
 impl<K> Settings<K, DefaultRefusal> {

@@ -56,6 +56,7 @@ mod limits;
 mod redis;
 mod response;
 mod service;
+mod shared;
 
 pub use client_ip::{
     Cidr, CidrError, ClientIp, ClientIpError, ClientKey, ForwardedHeader, TrustedProxies,
@@ -64,11 +65,11 @@ pub use key::{
     key_fn, ClientIpFrom, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead,
 };
 pub use layer::{
-    ActualCost, BuildError, InProcess, LocalLayer, MissingKey, RateLimitBuilder, RateLimitLayer,
-    Settle, DEFAULT_MAX_KEYS,
+    BuildError, InProcess, LocalLayer, RateLimitBuilder, RateLimitLayer, DEFAULT_MAX_KEYS,
 };
 pub use limits::{Limits, Local};
 #[cfg(feature = "redis")]
 pub use redis::RedisLimits;
 pub use response::{DefaultRefusal, Refusal, RefusalFn, RefusalKind, RespondRefusal};
 pub use service::{RateLimit, ResponseFuture};
+pub use shared::{ActualCost, MissingKey, Settle};

@@ -17,9 +17,9 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::key::{KeyExtractor, RequestHead};
-use super::layer::{ActualCost, MissingKey, Mode, Settle, Shared};
 use super::limits::{counts_until, private::Decide, Decided, Limit, Verdict};
 use super::response::{Refusal, RefusalKind, RespondRefusal};
+use super::shared::{ActualCost, MissingKey, Mode, Settle, Shared};
 use crate::observe::http::{Answer, RefusedBy, WaitSpan};
 use crate::quota::Quota;
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 use tokio::time::advance;
 
 use super::*;
-use crate::{FixedWindow, Rate, TokenBucket};
+use crate::bucket::TokenBucket;
+use crate::rate::Rate;
+use crate::window::FixedWindow;
 
 fn bucket(rate: Rate, capacity: u64) -> TokenBucket {
     TokenBucket::new(rate, capacity).unwrap()
@@ -560,7 +562,7 @@ async fn a_joint_decision_with_a_global_limiter_that_leads_elsewhere_is_still_al
     let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
     let global = bucket(Rate::per_second(1), 1);
     let other = bucket(Rate::per_second(1), 1);
-    crate::all_in_turn((&global, &other)).unwrap();
+    crate::composite::all_in_turn((&global, &other)).unwrap();
     let handle = keyed.get(&0).or_else(|| {
         keyed.try_acquire(&0, 0).unwrap();
         keyed.get(&0)

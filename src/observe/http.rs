@@ -2,7 +2,7 @@
 //! which limit), refused in shadow, allow-listed and waited, through the `metrics`
 //! facade, and its refusals and waits through `tracing`. An unnamed layer reports
 //! nothing. The metrics, their labels and the events are listed where users look for
-//! them, on [`RateLimitBuilder::name`](crate::http::RateLimitBuilder::name).
+//! them, on `http::RateLimitBuilder::name`.
 //!
 //! The handles are registered when the layer is built, one per series (the refusals, one
 //! per value of the bounded `limit` label), so that a request costs one increment of a
@@ -31,7 +31,7 @@ pub const HTTP_ADMITTED_REQUESTS: &str = "token_bucket_http_admitted_requests_to
 /// ```
 pub const HTTP_REFUSED_REQUESTS: &str = "token_bucket_http_refused_requests_total";
 
-/// Requests a [shadow](crate::http::RateLimitBuilder::shadow) layer let through that its
+/// Requests a shadow (`http::RateLimitBuilder::shadow`) layer let through that its
 /// limits refused: a counter.
 ///
 /// ```
@@ -57,7 +57,7 @@ pub const HTTP_SHADOW_REFUSED_REQUESTS: &str = "token_bucket_http_shadow_refused
 pub const HTTP_ALLOW_LISTED_REQUESTS: &str = "token_bucket_http_allow_listed_requests_total";
 
 /// Requests admitted after waiting their turn
-/// ([`wait_up_to`](crate::http::RateLimitBuilder::wait_up_to)): a counter.
+/// (`http::RateLimitBuilder::wait_up_to`): a counter.
 ///
 /// ```
 /// use token_bucket::observe::HTTP_WAITED_REQUESTS;
@@ -281,7 +281,7 @@ pub(crate) enum Answer {
 }
 
 /// The `debug` span a request waits in under
-/// [`wait_up_to`](crate::http::RateLimitBuilder::wait_up_to): none for an unnamed layer,
+/// `http::RateLimitBuilder::wait_up_to`: none for an unnamed layer,
 /// or without the feature `tracing`. Boxed, so that a request that does not wait carries
 /// one pointer for it: only a named layer's waits allocate it.
 #[derive(Default)]

@@ -45,7 +45,7 @@ mod gauges;
 pub(crate) mod http;
 mod keyed;
 #[cfg(feature = "redis")]
-pub(crate) mod redis;
+mod redis;
 
 #[cfg(feature = "http")]
 pub use self::http::{
@@ -88,7 +88,7 @@ pub(crate) enum Kind {
 
 impl Kind {
     #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::TokenBucket => "token_bucket",
             Kind::FixedWindow => "fixed_window",

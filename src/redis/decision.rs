@@ -15,10 +15,10 @@ use super::algorithm::sealed::Algorithm;
 use super::connection::RedisConnection;
 use super::error::RedisLimitError;
 use super::jitter::Jitter;
+use super::observe::RedisObserver;
 use super::policy::{FailurePolicy, RedisOptions};
 use super::scripts::{KeyCall, KeyState, Reply, ScriptCall};
 use crate::error::TryAcquireError;
-use crate::observe::redis::RedisObserver;
 use crate::quota::{Decision, Policy, Quota};
 
 /// What every limiter has whatever its algorithm and connection: its options, its count

@@ -246,6 +246,7 @@ mod fixed_window;
 mod jitter;
 mod leased;
 mod limiter;
+mod observe;
 mod policy;
 mod scripts;
 mod sliding_log;

@@ -860,7 +860,7 @@ impl Limiter for FixedWindow {
     }
 }
 
-impl crate::KeyTemplate for FixedWindow {
+impl crate::limiter::KeyTemplate for FixedWindow {
     /// Whether nothing is counted in the current window and nobody waits: a
     /// [`fresh`](crate::KeyTemplate::fresh) limiter (which keeps the window boundaries)
     /// would behave the same from now on.
@@ -975,7 +975,7 @@ impl FixedWindow {
 
     /// A limiter like [`fresh`](crate::KeyTemplate::fresh) ones, whose state is `word`.
     pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
-        let limiter = crate::KeyTemplate::fresh(self);
+        let limiter = crate::limiter::KeyTemplate::fresh(self);
         limiter.shared.state.store(word, Ordering::Release);
         limiter
     }

@@ -530,14 +530,14 @@ macro_rules! impl_limiter {
             #[doc = concat!(
                         "Acquires `permits` now if they fit and nobody waits; never waits. Zero ",
                         "permits always succeed. Needs no runtime, and no import: the ",
-                        "[`Limiter`](crate::Limiter) trait offers the same call for code that ",
+                        "[`Limiter`](crate::limiter::Limiter) trait offers the same call for code that ",
                         "takes any limiter.\n\n",
                         "# Errors\n\n",
-                        "[`TryAcquireError::Limited`](crate::TryAcquireError::Limited) when ",
+                        "[`TryAcquireError::Limited`](crate::error::TryAcquireError::Limited) when ",
                         "`permits` more would count more than the limit now, or others wait; its ",
                         "`retry_after` is exact to the nanosecond: the time until enough permits ",
                         "stop counting (", $counts, "), after every waiter ahead of it. ",
-                        "[`TryAcquireError::ExceedsLimit`](crate::TryAcquireError::ExceedsLimit) ",
+                        "[`TryAcquireError::ExceedsLimit`](crate::error::TryAcquireError::ExceedsLimit) ",
                         "when `permits` is above the limit, naming both.\n\n",
                         "# Examples\n\n",
                         "```\n",
@@ -560,7 +560,7 @@ macro_rules! impl_limiter {
                         "# }\n",
                         "```",
                     )]
-            pub fn try_acquire(&self, permits: u64) -> Result<(), $crate::TryAcquireError> {
+            pub fn try_acquire(&self, permits: u64) -> Result<(), $crate::error::TryAcquireError> {
                 self.sliding.try_acquire(permits)
             }
 
@@ -568,9 +568,9 @@ macro_rules! impl_limiter {
                         "Acquires `permits`, waiting first in, first out behind the other ",
                         "waiters until they fit. Zero permits succeed at once.\n\n",
                         "# Errors\n\n",
-                        "[`AcquireError::ExceedsLimit`](crate::AcquireError::ExceedsLimit) at ",
+                        "[`AcquireError::ExceedsLimit`](crate::error::AcquireError::ExceedsLimit) at ",
                         "once when `permits` is above the limit, naming both; ",
-                        "[`AcquireError::NoRuntime`](crate::AcquireError::NoRuntime) when it ",
+                        "[`AcquireError::NoRuntime`](crate::error::AcquireError::NoRuntime) when it ",
                         "must wait outside a tokio runtime.\n\n",
                         "# Panics\n\n",
                         "On its first poll, when it must wait inside a tokio runtime built ",
@@ -600,7 +600,7 @@ macro_rules! impl_limiter {
             pub fn acquire(
                 &self,
                 permits: u64,
-            ) -> impl std::future::Future<Output = Result<(), $crate::AcquireError>> + Send + '_
+            ) -> impl std::future::Future<Output = Result<(), $crate::error::AcquireError>> + Send + '_
             {
                 self.sliding.acquire(permits)
             }
@@ -652,13 +652,13 @@ macro_rules! impl_limiter {
                         "(feature `tracing`). A limiter without a name reports nothing. Any ",
                         "string is a name, the empty one included. Names are labels, so keep ",
                         "them few: one per limit in the program, never one per user or key (a ",
-                        "[`Keyed`](crate::Keyed)'s keys are never named, and ",
-                        "[`fresh`](crate::KeyTemplate::fresh) limiters are unnamed).\n\n",
+                        "`Keyed`'s keys are never named, and ",
+                        "[`fresh`](crate::limiter::KeyTemplate::fresh) limiters are unnamed).\n\n",
                         "It reports the permits `try_acquire` admits and the requests it ",
                         "refuses (a `debug` event with the `retry_after`), the permits ",
                         "`acquire` admits on its first poll, and the requests that waited, with ",
                         "the time they waited (a histogram) and a `debug` span around each ",
-                        "wait. A [composite](crate::all) admitting a request over it counts the ",
+                        "wait. A composite (`all`) admitting a request over it counts the ",
                         "permits as admitted here. ",
                         "[`record_gauges`](crate::observe::record_gauges) sets its gauges: the ",
                         "permits that would fit now, and the requests waiting in line. It has ",
@@ -768,15 +768,15 @@ macro_rules! impl_limiter {
             }
         }
 
-        impl $crate::Limiter for $limiter {
-            fn try_acquire(&self, permits: u64) -> Result<(), $crate::TryAcquireError> {
+        impl $crate::limiter::Limiter for $limiter {
+            fn try_acquire(&self, permits: u64) -> Result<(), $crate::error::TryAcquireError> {
                 $limiter::try_acquire(self, permits)
             }
 
             fn acquire(
                 &self,
                 permits: u64,
-            ) -> impl std::future::Future<Output = Result<(), $crate::AcquireError>> + Send + '_
+            ) -> impl std::future::Future<Output = Result<(), $crate::error::AcquireError>> + Send + '_
             {
                 $limiter::acquire(self, permits)
             }
@@ -803,14 +803,14 @@ macro_rules! impl_limiter {
                         "# Ok::<(), token_bucket::ConfigError>(())\n",
                         "```",
                     )]
-            fn policy(&self) -> Option<$crate::Policy> {
+            fn policy(&self) -> Option<$crate::quota::Policy> {
                 Some(self.sliding.policy())
             }
 
             #[doc = concat!(
                         "The permits left now, and the time until the newest permit counted ",
                         "stops counting (", $counts, "), zero when none counts. The same ",
-                        "numbers as [`try_acquire_decision(0)`](crate::Limiter::try_acquire_decision) ",
+                        "numbers as [`try_acquire_decision(0)`](crate::limiter::Limiter::try_acquire_decision) ",
                         "shows; it counts nothing.\n\n",
                         "While others wait in line, `remaining` is still what would fit if nobody ",
                         "waited (`try_acquire` takes nothing meanwhile), and `full_after` counts ",
@@ -833,19 +833,19 @@ macro_rules! impl_limiter {
                         "# }\n",
                         "```",
                     )]
-            fn quota(&self) -> Option<$crate::Quota> {
+            fn quota(&self) -> Option<$crate::quota::Quota> {
                 Some(self.sliding.quota())
             }
 
             /// `try_acquire`, and the quota it leaves (see
             /// [`quota`](crate::Limiter::quota)), in one step: in the lock section
             /// it was decided in, after counting the permits when it admitted them.
-            fn try_acquire_decision(&self, permits: u64) -> $crate::Decision {
+            fn try_acquire_decision(&self, permits: u64) -> $crate::quota::Decision {
                 self.sliding.try_acquire_decision(permits)
             }
         }
 
-        impl $crate::KeyTemplate for $limiter {
+        impl $crate::limiter::KeyTemplate for $limiter {
             fn is_idle(&self) -> bool {
                 self.sliding.is_idle()
             }

@@ -14,7 +14,7 @@ use super::budget::{Budget, Lease, Piece};
 use super::sizing::{lease_bounds, millis_for, tokens_in, Demand};
 use super::source::{LeaseSource, Taken};
 use super::task::{self, Leases, Next};
-use crate::observe::redis::LeaseObserver;
+use crate::redis::observe::LeaseObserver;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
 /// A front's settings, checked.

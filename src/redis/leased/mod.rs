@@ -28,9 +28,9 @@ use self::front::Front;
 pub use self::options::LeaseOptions;
 use self::source::RedisSource;
 use super::connection::RedisConnection;
+use super::observe::LeaseObserver;
 use super::{RedisLimitError, RedisTokenBucket};
 use crate::error::ConfigError;
-use crate::observe::redis::LeaseObserver;
 
 /// A local front over one key of a [`RedisTokenBucket`]: it takes tokens from the Redis
 /// bucket in batches, leases, and grants them from its in-process budget, so that a hot

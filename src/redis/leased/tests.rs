@@ -11,8 +11,8 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use super::front::{Front, Settings};
 use super::source::{LeaseSource, LeaseTicket, Taken};
-use crate::observe::redis::LeaseObserver;
 use crate::rate::Rate;
+use crate::redis::observe::LeaseObserver;
 use crate::redis::{FailurePolicy, RedisLimitError};
 
 fn ms(millis: u64) -> Duration {
