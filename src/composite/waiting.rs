@@ -23,7 +23,7 @@ use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
-use crate::composite::member::{check_distinct, claim_roles, Hooks, Indexed, Part};
+use crate::composite::member::{check_seen, Hooks, Indexed, Part};
 use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::acquire_error;
 use crate::window::turnstile::Queued;
@@ -106,8 +106,7 @@ fn waiting_on<'a>(
         })?;
     if hooks.keys.iter().next().is_some() {
         let leader = (order == Order::InTurn).then_some(0);
-        check_distinct(parts.iter().map(Indexed::seen))?;
-        claim_roles(&parts.iter().map(Indexed::seen).collect(), leader)?;
+        check_seen(parts.iter().map(Indexed::seen).collect(), leader)?;
     }
     Ok(parts)
 }

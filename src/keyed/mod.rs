@@ -245,7 +245,7 @@ impl<K, L: KeyTemplate> Keyed<K, L> {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn new(template: L) -> Keyed<K, L> {
-        Keyed::with_settings(template, None, default_shards())
+        Keyed::observed(template, None, default_shards(), KeyedObserver::default())
     }
 
     /// A [`KeyedBuilder`] for a bound on the keys and the number of shards.
@@ -272,10 +272,6 @@ impl<K, L: KeyTemplate> Keyed<K, L> {
             classes: None,
             keys: PhantomData,
         }
-    }
-
-    fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
-        Keyed::observed(template, max_keys, shards, KeyedObserver::default())
     }
 
     /// A `Keyed` of checked settings reporting through `observer` (see `observe/`).
@@ -464,7 +460,11 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (step, class) = self
-            .with_slot(self.hash(key), key, |slot, at| try_step(slot, at, permits))
+            .with_slot(self.hash(key), key, |slot, at| {
+                step(slot, at, |compact, word, reading| {
+                    compact.try_acquire_word(word, permits, reading)
+                })
+            })
             .map_err(|refusal| self.refused_key(refusal, key, permits))?;
         // The key's own limiter is never named: the `Keyed` reports for it.
         let result = match step {
@@ -1159,15 +1159,6 @@ fn step<L: KeyTemplate, D>(
     }
 }
 
-/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
-/// now), else to be asked of its whole limiter.
-#[inline(always)]
-fn try_step<L: KeyTemplate>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
-    step(slot, at, |compact, word, reading| {
-        compact.try_acquire_word(word, permits, reading)
-    })
-}
-
 /// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
 /// into one now) and the permits are there, or refused there when they never could be;
 /// else to wait in its whole limiter's line, made from the word if need be.
@@ -1426,10 +1417,10 @@ impl<K, L: KeyTemplate> KeyedBuilder<K, L> {
             .map(|(names, classify)| KeyClasses::new(names, classify));
         let classes = classes.transpose()?;
         // Checked before it is named, so that a refused `Keyed` registers no metric.
-        let Some(name) = &self.name else {
-            return Ok(Keyed::with_settings(self.template, self.max_keys, shards));
+        let observer = match &self.name {
+            Some(name) => KeyedObserver::named(name, classes),
+            None => KeyedObserver::default(),
         };
-        let observer = KeyedObserver::named(name, classes);
         let keyed = Keyed::observed(self.template, self.max_keys, shards, observer);
         #[cfg(feature = "metrics")]
         {
