@@ -127,7 +127,16 @@ impl<'a> Hooks<'a> {
     /// Checks the members as a composite is made: at least one, none twice, and each
     /// given its part for good (see [`claim_roles`]).
     pub(crate) fn check(&self, leader: Option<usize>) -> Result<(), ConfigError> {
-        check_seen(self.seen().collect(), leader)
+        // Every member, keys first, each group in lock order.
+        let keys = self.keys.iter().map(|indexed| Seen {
+            member: indexed.member,
+            identity: indexed.key.identity_ref(),
+            order: indexed.key.identity(),
+        });
+        check_seen(
+            keys.chain(self.parts.iter().map(Indexed::seen)).collect(),
+            leader,
+        )
     }
 
     /// The limiters of the members at the positions `wanted` picks, each key's made whole
@@ -372,18 +381,6 @@ impl<'a> Indexed<'a> {
             identity: self.part.identity_ref(),
             order: self.part.identity(),
         }
-    }
-}
-
-impl<'a> Hooks<'a> {
-    /// Every member, keys first, each group in lock order.
-    pub(crate) fn seen(&self) -> impl Iterator<Item = Seen<'a>> + '_ {
-        let keys = self.keys.iter().map(|indexed| Seen {
-            member: indexed.member,
-            identity: indexed.key.identity_ref(),
-            order: indexed.key.identity(),
-        });
-        keys.chain(self.parts.iter().map(Indexed::seen))
     }
 }
 

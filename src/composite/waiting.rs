@@ -279,13 +279,8 @@ impl<'a> Places<'a> {
             }
             let (mut held, moment) = lock_all(parts);
             let mut ready = true;
+            // `None` below every instant: the latest a member named, if any.
             let mut latest: Option<Instant> = None;
-            let mut later = |at: Option<Instant>| {
-                latest = match (latest, at) {
-                    (Some(latest), Some(at)) => Some(latest.max(at)),
-                    (None, at) | (at, None) => at,
-                };
-            };
             for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
                 match (place, &mut member.held) {
                     (Place::Bucket { id, left, bucket }, Held::Bucket(state)) => {
@@ -294,7 +289,7 @@ impl<'a> Places<'a> {
                             Standing::Ready => {}
                             Standing::ReadyAt(at) => {
                                 ready = false;
-                                later(instant_of(bucket.clock(), at));
+                                latest = latest.max(instant_of(bucket.clock(), at));
                             }
                             // It wakes this task once the hold reaches its head.
                             Standing::Behind => ready = false,
@@ -310,7 +305,7 @@ impl<'a> Places<'a> {
                     (Place::Window(_), Held::Window { held, clock }) => {
                         if let Some(at) = held.ready_at(self.permits) {
                             ready = false;
-                            later(instant_of(clock, at));
+                            latest = latest.max(instant_of(clock, at));
                         }
                     }
                     _ => unreachable!("places and locks are in the same order"),
