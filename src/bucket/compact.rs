@@ -29,13 +29,6 @@ pub(crate) struct CompactBucket {
     clock: Clock,
 }
 
-impl CompactBucket {
-    #[inline]
-    fn units(&self, base: u64) -> Units {
-        Units { base, ..self.units }
-    }
-}
-
 impl OneWord for CompactBucket {
     type Limiter = TokenBucket;
 
@@ -68,7 +61,7 @@ impl OneWord for CompactBucket {
     /// `now` in the units of words counted from `base`.
     #[inline]
     fn reading(&self, now: u64, base: u64) -> Option<u64> {
-        self.units(base).at(now)
+        Units { base, ..self.units }.at(now)
     }
 
     /// Units before the new base all mean "full", so they become 0; the rest shift exactly.
@@ -112,7 +105,7 @@ impl OneWord for CompactBucket {
 
     /// The template's settings on its clock, holding exactly what the word holds.
     fn unfold(&self, word: u64, now: u64, base: u64) -> TokenBucket {
-        let ledger = self.units(base).ledger(word, now, self.rate);
+        let ledger = Units { base, ..self.units }.ledger(word, now, self.rate);
         let settings = Settings::one_limit(self.rate, self.units.capacity, self.queue_limit);
         TokenBucket::resumed(&settings, self.clock.clone(), Some(ledger))
     }
@@ -138,7 +131,8 @@ impl OneWord for CompactBucket {
                     limit.ledger.fraction(),
                     COMPACT,
                 )?;
-                (units == self.units(base)).then(|| units.empty_at(&limit.ledger, limit.rate))?
+                (units == Units { base, ..self.units })
+                    .then(|| units.empty_at(&limit.ledger, limit.rate))?
             })
             .flatten()
     }
