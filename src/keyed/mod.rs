@@ -3,7 +3,7 @@
 //! held (its state word alone while nobody waits on it), and the memory bound.
 //!
 //! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
-//! - `compact.rs`: which templates have a one-word form, and its operations.
+//! - `compact.rs`: which templates have a one-word form (a `OneWord`, see `limiter.rs`).
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
