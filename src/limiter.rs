@@ -248,6 +248,76 @@ pub trait KeyTemplate: Limiter {
     fn fresh(&self) -> Self;
 }
 
+/// A limiter's state as one plain `u64`, as [`Keyed`](crate::Keyed) holds a key nobody
+/// waits on (see `keyed/compact.rs`): `self` holds the settings and clock every key of
+/// one template shares, and each word is guarded by its shard's lock. A word is read at a
+/// *reading* of the clock ([`reading`](OneWord::reading)), and decides as its limiter
+/// would with nobody waiting, at the same instants. Here, below the limiters and `Keyed`,
+/// so that both may name it.
+pub(crate) trait OneWord: Send + Sync + 'static {
+    /// The limiter a word stands for.
+    type Limiter;
+
+    /// The form of `template`'s keys, if its settings fit one word.
+    fn of(template: &Self::Limiter) -> Option<Self>
+    where
+        Self: Sized;
+
+    /// The instant, on the template's clock, words are read at.
+    fn now(&self) -> u64;
+
+    /// The word of a fresh limiter at `now`.
+    fn idle_word(&self, now: u64) -> u64;
+
+    /// What words counted from `base` are read against at `now`; `None` when `now` is past
+    /// what they can hold, and every word must be [`rebase`](OneWord::rebase)d first.
+    #[inline]
+    fn reading(&self, now: u64, _base: u64) -> Option<u64> {
+        Some(now)
+    }
+
+    /// `word`, counted from the later base `to` instead of `from`.
+    fn rebase(&self, word: u64, _from: u64, _to: u64) -> u64 {
+        word
+    }
+
+    /// `try_acquire` on `word` at `reading`.
+    fn try_acquire_word(
+        &self,
+        word: &mut u64,
+        permits: u64,
+        reading: u64,
+    ) -> Result<(), TryAcquireError>;
+
+    /// The [`Quota`] of `word` at `reading`.
+    fn quota_of_word(&self, word: u64, reading: u64) -> Quota;
+
+    /// `try_acquire_decision` on `word` at `reading`: the quota is read from the word it
+    /// decided on.
+    #[inline]
+    fn decide_word(&self, word: &mut u64, permits: u64, reading: u64) -> Decision {
+        let result = self.try_acquire_word(word, permits, reading);
+        Decision {
+            result,
+            quota: Some(self.quota_of_word(*word, reading)),
+        }
+    }
+
+    /// `refund` on `word` at `reading`.
+    fn refund_word(&self, word: &mut u64, permits: u64, reading: u64);
+
+    /// Whether `word` is a fresh limiter's at `reading`.
+    fn is_idle_word(&self, word: u64, reading: u64) -> bool;
+
+    /// The limiter `word` (counted from `base`) stands for at `now`.
+    fn unfold(&self, word: u64, now: u64, base: u64) -> Self::Limiter;
+
+    /// The word `limiter` folds into at `now`, counted from `base`, if it does: nobody
+    /// waits on it and its settings and clock are the template's. Its holder must be the
+    /// only one.
+    fn fold(&self, limiter: &Self::Limiter, now: u64, base: u64) -> Option<u64>;
+}
+
 /// A bucket's `try_take` refusal, as [`Limiter::try_acquire`] says it.
 pub(crate) fn try_acquire_error(error: TryTakeError) -> TryAcquireError {
     match error {

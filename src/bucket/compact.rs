@@ -12,7 +12,8 @@ use crate::bucket::handle::TokenBucket;
 use crate::bucket::state::Settings;
 use crate::bucket::units::{Units, COMPACT};
 use crate::clock::Clock;
-use crate::error::TryTakeError;
+use crate::error::TryAcquireError;
+use crate::limiter::{try_acquire_error, OneWord};
 use crate::quota::Quota;
 use crate::rate::Rate;
 
@@ -28,14 +29,13 @@ pub(crate) struct CompactBucket {
     clock: Clock,
 }
 
-impl CompactBucket {
-    /// A full bucket's word, whatever the base: nothing owed.
-    pub(crate) const FULL: u64 = 0;
+impl OneWord for CompactBucket {
+    type Limiter = TokenBucket;
 
-    /// The compact form of `template`'s keys, or `None` when one word cannot hold them:
-    /// several limits, or a full bucket worth more than 2<sup>61</sup> units (see
+    /// `None` when one word cannot hold `template`'s keys: several limits, or a full
+    /// bucket worth more than 2<sup>61</sup> units (see
     /// [`Keyed`](crate::Keyed#how-a-key-is-held)).
-    pub(crate) fn of(template: &TokenBucket) -> Option<CompactBucket> {
+    fn of(template: &TokenBucket) -> Option<CompactBucket> {
         if template.limit_count() != 1 {
             return None;
         }
@@ -49,79 +49,71 @@ impl CompactBucket {
     }
 
     #[inline]
-    pub(crate) fn now(&self) -> u64 {
+    fn now(&self) -> u64 {
         self.clock.now()
     }
 
-    #[inline]
-    fn units(&self, base: u64) -> Units {
-        Units { base, ..self.units }
+    /// A full bucket's word, whatever the base: nothing owed.
+    fn idle_word(&self, _now: u64) -> u64 {
+        0
     }
 
-    /// `now` in the units of words counted from `base`; `None` when it is past what they
-    /// can hold, so the shard must move its base first.
+    /// `now` in the units of words counted from `base`.
     #[inline]
-    pub(crate) fn at(&self, now: u64, base: u64) -> Option<u64> {
-        self.units(base).at(now)
+    fn reading(&self, now: u64, base: u64) -> Option<u64> {
+        Units { base, ..self.units }.at(now)
     }
 
-    /// Takes `tokens` from `word` at `now_units` (from [`at`](CompactBucket::at)) as the
-    /// bucket's `try_take` would with nobody queued.
+    /// Units before the new base all mean "full", so they become 0; the rest shift exactly.
+    fn rebase(&self, word: u64, from: u64, to: u64) -> u64 {
+        let shift = u128::from(to.saturating_sub(from)) * u128::from(self.units.per_nanosecond);
+        u64::try_from(u128::from(word).saturating_sub(shift)).expect("no larger than word")
+    }
+
     #[inline]
-    pub(crate) fn try_take(
+    fn try_acquire_word(
         &self,
         word: &mut u64,
         tokens: u64,
         now_units: u64,
-    ) -> Result<(), TryTakeError> {
+    ) -> Result<(), TryAcquireError> {
         // The base plays no part in taking: only in reading the clock.
         let units = &self.units;
         *word = units
             .decide(*word, tokens, now_units)
-            .map_err(|refusal| units.error(refusal))?;
+            .map_err(|refusal| try_acquire_error(units.error(refusal)))?;
         Ok(())
     }
 
-    /// The [`Quota`] of `word` at `now_units`, as the bucket's would be.
     #[inline]
-    pub(crate) fn quota(&self, word: u64, now_units: u64) -> Quota {
+    fn quota_of_word(&self, word: u64, now_units: u64) -> Quota {
         self.units.quota(word, now_units)
     }
 
-    /// Gives `tokens` back to `word` at `now_units`, up to a full bucket, as the bucket's
-    /// `refund` would.
-    pub(crate) fn refund(&self, word: &mut u64, tokens: u64, now_units: u64) {
+    /// Up to a full bucket, as the bucket's `refund` would.
+    fn refund_word(&self, word: &mut u64, tokens: u64, now_units: u64) {
         *word = self.units.refund(*word, tokens, now_units);
     }
 
-    /// Whether `word` is a full bucket at `now_units`: a fresh one would behave the same.
+    /// Whether `word` is a full bucket at `now_units`.
     #[inline]
-    pub(crate) fn is_full(&self, word: u64, now_units: u64) -> bool {
+    fn is_idle_word(&self, word: u64, now_units: u64) -> bool {
         // Nothing owed from a full bucket's worth ago on: what `tokens` would find equal
         // to the capacity, without its division.
         word <= now_units - self.units.full()
     }
 
-    /// `word`, counted from `to` instead of `from` (a later base). Units before the new
-    /// base all mean "full", so they become 0; the rest shift exactly.
-    pub(crate) fn rebase(&self, word: u64, from: u64, to: u64) -> u64 {
-        let shift = u128::from(to.saturating_sub(from)) * u128::from(self.units.per_nanosecond);
-        u64::try_from(u128::from(word).saturating_sub(shift)).expect("no larger than word")
-    }
-
-    /// The bucket `word` stands for at `now`: the template's settings on its clock,
-    /// holding exactly what the word holds.
-    pub(crate) fn unfold(&self, word: u64, now: u64, base: u64) -> TokenBucket {
-        let ledger = self.units(base).ledger(word, now, self.rate);
+    /// The template's settings on its clock, holding exactly what the word holds.
+    fn unfold(&self, word: u64, now: u64, base: u64) -> TokenBucket {
+        let ledger = Units { base, ..self.units }.ledger(word, now, self.rate);
         let settings = Settings::one_limit(self.rate, self.units.capacity, self.queue_limit);
         TokenBucket::resumed(&settings, self.clock.clone(), Some(ledger))
     }
 
-    /// The word of `bucket` at `now`, if it folds: nobody waits on it, it is open, its
-    /// settings are still the template's (a rate or capacity changed through a handle
-    /// from [`Keyed::get`](crate::Keyed::get) keeps it a bucket), it counts on the
-    /// template's clock, and its ledger fits the word. `None` otherwise.
-    pub(crate) fn fold(&self, bucket: &TokenBucket, now: u64, base: u64) -> Option<u64> {
+    /// Also: it is open, its settings are still the template's (a rate or capacity
+    /// changed through a handle from [`Keyed::get`](crate::Keyed::get) keeps it a
+    /// bucket), and its ledger fits the word.
+    fn fold(&self, bucket: &TokenBucket, now: u64, base: u64) -> Option<u64> {
         if bucket.clock() != &self.clock || bucket.limit_count() != 1 {
             return None;
         }
@@ -139,7 +131,8 @@ impl CompactBucket {
                     limit.ledger.fraction(),
                     COMPACT,
                 )?;
-                (units == self.units(base)).then(|| units.empty_at(&limit.ledger, limit.rate))?
+                (units == Units { base, ..self.units })
+                    .then(|| units.empty_at(&limit.ledger, limit.rate))?
             })
             .flatten()
     }

@@ -70,9 +70,7 @@ impl<T> IntoIterator for Few<T> {
 impl<T> FromIterator<T> for Few<T> {
     fn from_iter<I: IntoIterator<Item = T>>(values: I) -> Few<T> {
         let mut few = Few::new();
-        for value in values {
-            few.push(value);
-        }
+        values.into_iter().for_each(|value| few.push(value));
         few
     }
 }

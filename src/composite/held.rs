@@ -61,19 +61,8 @@ pub(crate) fn try_all(
     permits: u64,
     count_denials: bool,
 ) -> Result<(), TryAcquireAllError> {
-    try_each(hooks, permits, count_denials).map_err(|refusals| summary(&refusals))
-}
-
-/// [`try_all`], refused with each refusing member's own answer, with its position among
-/// those given to the composite.
-pub(crate) fn try_each(hooks: &Hooks<'_>, permits: u64, count_denials: bool) -> Refusals {
-    try_keys(
-        hooks.keys.iter(),
-        &hooks.parts,
-        permits,
-        count_denials,
-        true,
-    )
+    let (keys, parts) = (hooks.keys.iter(), &hooks.parts);
+    try_keys(keys, parts, permits, count_denials, true).map_err(|refusals| summary(&refusals))
 }
 
 /// The keys' words first, each under its shard's lock (the shards' locks come before any
@@ -132,8 +121,8 @@ fn try_keys<'k, 'a: 'k>(
     }
 }
 
-/// [`try_each`] over limiters alone; with `commit` false, it decides and counts nothing
-/// but the denials.
+/// [`try_all`]'s decision over limiters alone, refused with each refusing member's
+/// answer; with `commit` false, it decides and counts nothing but the denials.
 pub(crate) fn try_parts(
     parts: &Few<Indexed<'_>>,
     permits: u64,

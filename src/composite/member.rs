@@ -127,8 +127,16 @@ impl<'a> Hooks<'a> {
     /// Checks the members as a composite is made: at least one, none twice, and each
     /// given its part for good (see [`claim_roles`]).
     pub(crate) fn check(&self, leader: Option<usize>) -> Result<(), ConfigError> {
-        check_distinct(self.seen())?;
-        claim_roles(&self.seen().collect(), leader)
+        // Every member, keys first, each group in lock order.
+        let keys = self.keys.iter().map(|indexed| Seen {
+            member: indexed.member,
+            identity: indexed.key.identity_ref(),
+            order: indexed.key.identity(),
+        });
+        check_seen(
+            keys.chain(self.parts.iter().map(Indexed::seen)).collect(),
+            leader,
+        )
     }
 
     /// The limiters of the members at the positions `wanted` picks, each key's made whole
@@ -321,45 +329,33 @@ impl Indexed<'_> {
     }
 }
 
-impl<A: Member, B: Member> SealedMembers for (A, B) {
-    fn parts(&self) -> Hooks<'_> {
-        Hooks::of([self.0.part().0, self.1.part().0])
-    }
+/// `Members` for tuples of members of any kinds.
+macro_rules! tuple_members {
+    ($(($($member:ident . $field:tt),+)),+) => {$(
+        impl<$($member: Member),+> SealedMembers for ($($member,)+) {
+            fn parts(&self) -> Hooks<'_> {
+                Hooks::of([$(self.$field.part().0),+])
+            }
+        }
+        impl<$($member: Member),+> Members for ($($member,)+) {}
+    )+};
 }
 
-impl<A: Member, B: Member> Members for (A, B) {}
+tuple_members!((A.0, B.1), (A.0, B.1, C.2));
 
-impl<A: Member, B: Member, C: Member> SealedMembers for (A, B, C) {
-    fn parts(&self) -> Hooks<'_> {
-        Hooks::of([self.0.part().0, self.1.part().0, self.2.part().0])
-    }
+/// `Members` for lists of members of one kind.
+macro_rules! list_members {
+    ($([$($generics:tt)*] $list:ty),+) => {$(
+        impl<M: Member $($generics)*> SealedMembers for $list {
+            fn parts(&self) -> Hooks<'_> {
+                Hooks::of(self.iter().map(|member| member.part().0))
+            }
+        }
+        impl<M: Member $($generics)*> Members for $list {}
+    )+};
 }
 
-impl<A: Member, B: Member, C: Member> Members for (A, B, C) {}
-
-impl<M: Member> SealedMembers for [M] {
-    fn parts(&self) -> Hooks<'_> {
-        Hooks::of(self.iter().map(|member| member.part().0))
-    }
-}
-
-impl<M: Member> Members for [M] {}
-
-impl<M: Member, const N: usize> SealedMembers for [M; N] {
-    fn parts(&self) -> Hooks<'_> {
-        Hooks::of(self.iter().map(|member| member.part().0))
-    }
-}
-
-impl<M: Member, const N: usize> Members for [M; N] {}
-
-impl<M: Member> SealedMembers for Vec<M> {
-    fn parts(&self) -> Hooks<'_> {
-        Hooks::of(self.iter().map(|member| member.part().0))
-    }
-}
-
-impl<M: Member> Members for Vec<M> {}
+list_members!([] [M], [, const N: usize] [M; N], [] Vec<M>);
 
 impl<S: SealedMembers + ?Sized> SealedMembers for &S {
     fn parts(&self) -> Hooks<'_> {
@@ -388,23 +384,16 @@ impl<'a> Indexed<'a> {
     }
 }
 
-impl<'a> Hooks<'a> {
-    /// Every member, keys first, each group in lock order.
-    pub(crate) fn seen(&self) -> impl Iterator<Item = Seen<'a>> + '_ {
-        let keys = self.keys.iter().map(|indexed| Seen {
-            member: indexed.member,
-            identity: indexed.key.identity_ref(),
-            order: indexed.key.identity(),
-        });
-        keys.chain(self.parts.iter().map(Indexed::seen))
-    }
+/// The checks made as a composite is made over `seen`: at least one member, none twice
+/// (see [`check_distinct`]), and each given its part for good (see [`claim_roles`]).
+pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
+    check_distinct(seen.iter().copied())?;
+    claim_roles(&seen, leader)
 }
 
 /// `Ok` when `members` (each group in lock order, so that one limiter given twice comes
 /// twice in a row) holds at least one member, and no limiter (or `Keyed`) twice.
-pub(crate) fn check_distinct<'a>(
-    members: impl IntoIterator<Item = Seen<'a>>,
-) -> Result<(), ConfigError> {
+fn check_distinct<'a>(members: impl IntoIterator<Item = Seen<'a>>) -> Result<(), ConfigError> {
     let mut previous: Option<Seen<'a>> = None;
     for seen in members {
         if let Some(previous) = previous.filter(|previous| previous.order == seen.order) {
@@ -425,10 +414,7 @@ pub(crate) fn check_distinct<'a>(
 /// (by position) that already plays the other part, and then no member is given a part;
 /// unless another thread gave a member the other part between the look and the claim,
 /// when the members claimed before it keep the part this composite gave them.
-pub(crate) fn claim_roles(
-    members: &Few<Seen<'_>>,
-    leader: Option<usize>,
-) -> Result<(), ConfigError> {
+fn claim_roles(members: &Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
     let role = |seen: &Seen<'_>| match Some(seen.member) == leader {
         true => Role::Leads,
         false => Role::Follows,

@@ -23,7 +23,7 @@ use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
-use crate::composite::member::{check_distinct, claim_roles, Hooks, Indexed, Part};
+use crate::composite::member::{check_seen, Hooks, Indexed, Part};
 use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
 use crate::limiter::acquire_error;
 use crate::permits::screen;
@@ -107,8 +107,7 @@ fn waiting_on<'a>(
         })?;
     if hooks.keys.iter().next().is_some() {
         let leader = (order == Order::InTurn).then_some(0);
-        check_distinct(parts.iter().map(Indexed::seen))?;
-        claim_roles(&parts.iter().map(Indexed::seen).collect(), leader)?;
+        check_seen(parts.iter().map(Indexed::seen).collect(), leader)?;
     }
     Ok(parts)
 }
@@ -278,13 +277,8 @@ impl<'a> Places<'a> {
             }
             let (mut held, moment) = lock_all(parts);
             let mut ready = true;
+            // `None` below every instant: the latest a member named, if any.
             let mut latest: Option<Instant> = None;
-            let mut later = |at: Option<Instant>| {
-                latest = match (latest, at) {
-                    (Some(latest), Some(at)) => Some(latest.max(at)),
-                    (None, at) | (at, None) => at,
-                };
-            };
             for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
                 match (place, &mut member.held) {
                     (Place::Bucket { id, left, bucket }, Held::Bucket(state)) => {
@@ -293,7 +287,7 @@ impl<'a> Places<'a> {
                             Standing::Ready => {}
                             Standing::ReadyAt(at) => {
                                 ready = false;
-                                later(instant_of(bucket.clock(), at));
+                                latest = latest.max(instant_of(bucket.clock(), at));
                             }
                             // It wakes this task once the hold reaches its head.
                             Standing::Behind => ready = false,
@@ -309,7 +303,7 @@ impl<'a> Places<'a> {
                     (Place::Window(_), Held::Window { held, clock }) => {
                         if let Some(at) = held.ready_at(self.permits) {
                             ready = false;
-                            later(instant_of(clock, at));
+                            latest = latest.max(instant_of(clock, at));
                         }
                     }
                     _ => unreachable!("places and locks are in the same order"),

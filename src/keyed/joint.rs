@@ -100,10 +100,10 @@ fn on_word<L: KeyTemplate, G: Limiter>(
     // permits too; until then the word is as it was, and so is its quota.
     let mut decided = *word;
     let joint = key_then_global(
-        || compact.try_acquire_decision(&mut decided, permits, reading),
+        || compact.decide_word(&mut decided, permits, reading),
         global,
         permits,
-        || Some(compact.quota(*word, reading)),
+        || Some(compact.quota_of_word(*word, reading)),
     );
     if joint.result.is_ok() {
         *word = decided;

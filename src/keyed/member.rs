@@ -145,7 +145,7 @@ where
                 step(slot, at, |compact, word, reading| {
                     // Decided on a copy, written back only once the rest admit it too.
                     let mut decided = *word;
-                    if let Err(refusal) = compact.try_acquire(&mut decided, permits, reading) {
+                    if let Err(refusal) = compact.try_acquire_word(&mut decided, permits, reading) {
                         // The rest are asked all the same, counting nothing, for their own
                         // refusals: a later `retry_after`, or a refusal for good.
                         return KeyTry::Refused(refusal, rest(false));

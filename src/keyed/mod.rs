@@ -3,7 +3,7 @@
 //! held (its state word alone while nobody waits on it), and the memory bound.
 //!
 //! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
-//! - `compact.rs`: which templates have a one-word form, and its operations.
+//! - `compact.rs`: which templates have a one-word form (a `OneWord`, see `limiter.rs`).
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
 
 mod compact;
@@ -29,7 +29,7 @@ use std::sync::{Arc, PoisonError, TryLockError};
 
 use crate::clock::Clock;
 use crate::error::{AcquireError, ConfigError, TooManyKeys, TryAcquireError};
-use crate::keyed::compact::Compact;
+use crate::keyed::compact::{compact_of, Compact};
 use crate::keyed::shard::{At, Shard, Slot};
 use crate::limiter::{KeyTemplate, Limiter};
 use crate::observe::{Class, Classify, KeyClasses, KeyedObserver};
@@ -195,7 +195,7 @@ struct Inner<K, L> {
     template: L,
     /// How keys nobody waits on are held as words; `None` when the template's type or
     /// settings have no compact form, and every key holds a whole limiter.
-    compact: Option<Compact<L>>,
+    compact: Option<Box<Compact<L>>>,
     shards: Box<[ShardLock<K, L>]>,
     /// Hashes a key once a call: the hash picks its shard and its place in the shard.
     hasher: RandomState,
@@ -245,7 +245,7 @@ impl<K, L: KeyTemplate> Keyed<K, L> {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn new(template: L) -> Keyed<K, L> {
-        Keyed::with_settings(template, None, default_shards())
+        Keyed::observed(template, None, default_shards(), KeyedObserver::default())
     }
 
     /// A [`KeyedBuilder`] for a bound on the keys and the number of shards.
@@ -274,10 +274,6 @@ impl<K, L: KeyTemplate> Keyed<K, L> {
         }
     }
 
-    fn with_settings(template: L, max_keys: Option<usize>, shards: usize) -> Keyed<K, L> {
-        Keyed::observed(template, max_keys, shards, KeyedObserver::default())
-    }
-
     /// A `Keyed` of checked settings reporting through `observer` (see `observe/`).
     fn observed(
         template: L,
@@ -293,7 +289,7 @@ impl<K, L: KeyTemplate> Keyed<K, L> {
             .collect();
         Keyed {
             inner: Arc::new(Inner {
-                compact: Compact::of(&template),
+                compact: compact_of(&template),
                 template,
                 shards,
                 hasher: RandomState::new(),
@@ -464,7 +460,11 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let (step, class) = self
-            .with_slot(self.hash(key), key, |slot, at| try_step(slot, at, permits))
+            .with_slot(self.hash(key), key, |slot, at| {
+                step(slot, at, |compact, word, reading| {
+                    compact.try_acquire_word(word, permits, reading)
+                })
+            })
             .map_err(|refusal| self.refused_key(refusal, key, permits))?;
         // The key's own limiter is never named: the `Keyed` reports for it.
         let result = match step {
@@ -522,7 +522,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     {
         let decided = self.with_slot(self.hash(key), key, |slot, at| {
             step(slot, at, |compact, word, reading| {
-                compact.try_acquire_decision(word, permits, reading)
+                compact.decide_word(word, permits, reading)
             })
         });
         let (decision, class) = match decided {
@@ -586,7 +586,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     {
         let held = self.with_held(
             key,
-            |compact, word, reading| Some(compact.quota(*word, reading)),
+            |compact, word, reading| Some(compact.quota_of_word(*word, reading)),
             Limiter::quota,
         );
         held.unwrap_or_else(|| self.inner.template.quota())
@@ -622,7 +622,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     {
         self.with_held(
             key,
-            |compact, word, reading| compact.refund(word, permits, reading),
+            |compact, word, reading| compact.refund_word(word, permits, reading),
             |limiter| limiter.refund(permits),
         );
     }
@@ -961,7 +961,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         V: FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     {
-        let compact = self.inner.compact.as_ref();
+        let compact = self.inner.compact.as_deref();
         // Where words are read, when already known: the clock is read once a call.
         let mut known: Option<Option<At<'_, L>>> = None;
         // At most twice: a key found past its base's horizon, or added, is found again.
@@ -1021,7 +1021,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     {
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
-        let at = shard.at(self.inner.compact.as_ref());
+        let at = shard.at(self.inner.compact.as_deref());
         let (_, slot) = shard.get_mut(hash, key)?;
         Some(visit(slot, at.as_ref()))
     }
@@ -1038,7 +1038,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
             self.sweep(shard);
         }
         let reservation = self.reserve_key()?;
-        let at = shard.at(self.inner.compact.as_ref());
+        let at = shard.at(self.inner.compact.as_deref());
         let fresh = match &at {
             Some(at) => Ok(at.compact.idle_word(at.now)),
             None => Err(Arc::new(self.inner.template.fresh())),
@@ -1113,7 +1113,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// Sweeps `shard` (see [`Shard::sweep`]).
     fn sweep(&self, shard: &mut Shard<K, L>) -> usize {
         let inner = &self.inner;
-        let forgotten = shard.sweep(inner.compact.as_ref(), &inner.keys, &inner.hasher);
+        let forgotten = shard.sweep(inner.compact.as_deref(), &inner.keys, &inner.hasher);
         inner.observer.forgot(forgotten);
         forgotten
     }
@@ -1122,7 +1122,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// `hash`), and folds the key back into its word if that was the last handle besides
     /// the table's and its line is empty.
     fn release(&self, hash: u64, key: &K, limiter: Arc<L>) {
-        let Some(compact) = self.inner.compact.as_ref() else {
+        let Some(compact) = self.inner.compact.as_deref() else {
             // Without a compact form nothing folds.
             return;
         };
@@ -1159,15 +1159,6 @@ fn step<L: KeyTemplate, D>(
     }
 }
 
-/// `try_acquire` on a key's slot: decided on its word when it is one (or folds into one
-/// now), else to be asked of its whole limiter.
-#[inline(always)]
-fn try_step<L: KeyTemplate>(slot: Slot<'_, L>, at: Option<&At<'_, L>>, permits: u64) -> Step<L> {
-    step(slot, at, |compact, word, reading| {
-        compact.try_acquire(word, permits, reading)
-    })
-}
-
 /// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
 /// into one now) and the permits are there, or refused there when they never could be;
 /// else to wait in its whole limiter's line, made from the word if need be.
@@ -1177,7 +1168,7 @@ fn acquire_step<L: KeyTemplate>(
     permits: u64,
 ) -> Step<L, Result<(), AcquireError>> {
     let decided = on_word(&mut slot, at, |compact, word, reading| {
-        compact.try_acquire(word, permits, reading)
+        compact.try_acquire_word(word, permits, reading)
     });
     match decided {
         Some(Ok(())) => Step::Decided(Ok(())),
@@ -1426,10 +1417,10 @@ impl<K, L: KeyTemplate> KeyedBuilder<K, L> {
             .map(|(names, classify)| KeyClasses::new(names, classify));
         let classes = classes.transpose()?;
         // Checked before it is named, so that a refused `Keyed` registers no metric.
-        let Some(name) = &self.name else {
-            return Ok(Keyed::with_settings(self.template, self.max_keys, shards));
+        let observer = match &self.name {
+            Some(name) => KeyedObserver::named(name, classes),
+            None => KeyedObserver::default(),
         };
-        let observer = KeyedObserver::named(name, classes);
         let keyed = Keyed::observed(self.template, self.max_keys, shards, observer);
         #[cfg(feature = "metrics")]
         {

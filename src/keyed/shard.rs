@@ -312,7 +312,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
         let mut forget = |entry: &mut u64| match wholes.get(*entry) {
             None => at
                 .as_ref()
-                .is_some_and(|at| at.compact.is_idle(*entry, at.reading)),
+                .is_some_and(|at| at.compact.is_idle_word(*entry, at.reading)),
             Some(limiter) => {
                 // Nobody else holds it (checked first: it is cheaper).
                 if !held_by_table_alone(limiter) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::clock::{duration_from_nanos, nanos, Clock, Moment, NEVER};
 use crate::error::{AcquireError, ConfigError, TryAcquireError};
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, OneWord};
 use crate::observe::{Kind, Observer};
 use crate::permits::{screen, Screened};
 use crate::quota::{Decision, Policy, Quota};
@@ -913,26 +913,28 @@ impl crate::limiter::KeyTemplate for FixedWindow {
     }
 }
 
-/// What [`Keyed`](crate::Keyed) needs to hold a key's window as its state word alone
-/// while nobody waits on it: the word (never [`SEIZED`]: no composite decides over a
-/// word) is guarded by the key's shard lock, so it is a plain `u64`, and `self` is the
-/// template, whose settings and clock every key shares.
-impl FixedWindow {
-    /// The clock windows are counted on.
+/// A key's window as [`Keyed`](crate::Keyed) holds it while nobody waits on it: the word
+/// (never [`SEIZED`]: no composite decides over a word), and `self` is the template,
+/// whose settings and clock every key shares. A word is read at now.
+impl OneWord for FixedWindow {
+    type Limiter = FixedWindow;
+
+    fn of(template: &FixedWindow) -> Option<FixedWindow> {
+        Some(crate::limiter::KeyTemplate::fresh(template))
+    }
+
     #[inline]
-    pub(crate) fn now(&self) -> u64 {
+    fn now(&self) -> u64 {
         self.shared.clock.now()
     }
 
-    /// The word of a window with nothing counted at `now`.
-    pub(crate) fn idle_word(&self, now: u64) -> u64 {
+    fn idle_word(&self, now: u64) -> u64 {
         let shared = &self.shared;
         shared.layout.pack(now / shared.window_nanos, 0)
     }
 
-    /// `try_acquire` on a key's `word` at `now`, with nobody waiting.
     #[inline]
-    pub(crate) fn try_acquire_word(
+    fn try_acquire_word(
         &self,
         word: &mut u64,
         permits: u64,
@@ -950,39 +952,36 @@ impl FixedWindow {
         Ok(())
     }
 
-    /// The [`Quota`] of a key's `word` at `now`, with nobody waiting.
     #[inline]
-    pub(crate) fn quota_of_word(&self, word: u64, now: u64) -> Quota {
+    fn quota_of_word(&self, word: u64, now: u64) -> Quota {
         let shared = &self.shared;
         let current = shared.layout.read(word, now / shared.window_nanos);
         shared.quota_at(now, current, None)
     }
 
-    /// `refund` on a key's `word` at `now`, with nobody waiting.
-    pub(crate) fn refund_word(&self, word: &mut u64, permits: u64, now: u64) {
+    fn refund_word(&self, word: &mut u64, permits: u64, now: u64) {
         let shared = &self.shared;
         if let Some(next) = shared.refunded(*word, now / shared.window_nanos, permits) {
             *word = next;
         }
     }
 
-    /// Whether `word` counts nothing in the window of `now`: `is_idle` for a key's word.
+    /// Whether `word` counts nothing in the window of `now`.
     #[inline]
-    pub(crate) fn is_idle_word(&self, word: u64, now: u64) -> bool {
+    fn is_idle_word(&self, word: u64, now: u64) -> bool {
         let shared = &self.shared;
         shared.layout.read(word, now / shared.window_nanos).count == 0
     }
 
     /// A limiter like [`fresh`](crate::KeyTemplate::fresh) ones, whose state is `word`.
-    pub(crate) fn with_word(&self, word: u64) -> FixedWindow {
+    fn unfold(&self, word: u64, _now: u64, _base: u64) -> FixedWindow {
         let limiter = crate::limiter::KeyTemplate::fresh(self);
         limiter.shared.state.store(word, Ordering::Release);
         limiter
     }
 
-    /// `limiter`'s word, if it folds into a key of this template: nobody waits on it, no
-    /// composite decides over it, and its settings and clock are the template's.
-    pub(crate) fn word_of(&self, limiter: &FixedWindow) -> Option<u64> {
+    /// Also: no composite decides over it.
+    fn fold(&self, limiter: &FixedWindow, _now: u64, _base: u64) -> Option<u64> {
         let (template, shared) = (&self.shared, &limiter.shared);
         let same = shared.clock == template.clock
             && (shared.limit, shared.window) == (template.limit, template.window);
