@@ -5,6 +5,8 @@
 //! - `builder.rs`: [`Builder`], every setting checked at once.
 //! - `compact.rs`: a bucket nobody waits on as `Keyed` holds it, one plain word per key,
 //!   and how it unfolds into a bucket and folds back.
+//! - `limiter.rs`: the bucket as a [`Limiter`](crate::limiter::Limiter) and a
+//!   [`KeyTemplate`](crate::limiter::KeyTemplate), in the handle's words.
 //! - `handle.rs`: [`TokenBucket`], the cheap-to-clone handle: what a user calls.
 //! - `future.rs`: [`Take`], [`TakeTimeout`], [`Wait`] and [`WaitTimeout`], the futures
 //!   of requests that must queue, and [`Closed`], which waits for a close.
@@ -30,8 +32,8 @@
 //! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error`, `permits` (the rule
-//! every request meets first) and the `sync` shim, and the plain types of `quota` it
-//! reports.
+//! every request meets first) and the `sync` shim, the plain types of `quota` it
+//! reports, and the traits of `limiter` it implements.
 //! Nothing here knows of windows or adapters; `compact.rs` knows only that keys keep
 //! their words under a lock.
 
@@ -42,6 +44,7 @@ mod fast;
 mod future;
 mod handle;
 mod ledger;
+mod limiter;
 mod limits;
 mod outcomes;
 pub(crate) mod queue;
