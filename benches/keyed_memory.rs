@@ -32,7 +32,7 @@
 //! - `token-bucket, past one word`: the same with buckets of `u32::MAX` tokens at one an
 //!   hour, worth more units than a word holds: each key is held as a whole bucket.
 //! - `token-bucket, one bucket`: what one `TokenBucket` costs alone (the average of 10,000
-//!   made with `Limiter::fresh`), to see what a key's share is made of.
+//!   made with `KeyTemplate::fresh`), to see what a key's share is made of.
 //! - `token-bucket, idle after 1 ms`, `governor, idle after 1 ms`: 1,000,000 keys, each used
 //!   once, whose limiters are back at their idle state 1 ms later. Ours forgets them as new
 //!   keys come (automatic sweeps); governor holds them all until told. Then, 2 ms after the

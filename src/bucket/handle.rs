@@ -349,7 +349,8 @@ impl TokenBucket {
     /// them when the bucket always had room for them. Tokens the bucket could not have
     /// held do not come back: if it filled up at some moment since `g`, nothing does.
     /// When several grants are dropped unseen, each comes back as if none of them had
-    /// been made. A grant dropped after more than 1,024 later ones gives nothing back.
+    /// been made. A grant dropped after more than 1,024 later ones (not counting later
+    /// ones themselves dropped unseen) gives nothing back.
     ///
     /// Until a granted future is polled or dropped, every operation on the bucket takes
     /// its lock (to see every take, in case the grant is undone): poll or drop a `Take`

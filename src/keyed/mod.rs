@@ -1453,8 +1453,9 @@ impl<K, L: KeyTemplate> KeyedBuilder<K, L> {
     /// it is built, with the recorder installed then.
     ///
     /// What it leaves out: the calls on a key's limiter handed out by
-    /// [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert), and its keys' part in
-    /// composites ([`member`](Keyed::member)).
+    /// [`get`](Keyed::get) or [`get_or_insert`](Keyed::get_or_insert) (and a new key
+    /// `get_or_insert` refuses for want of room: no request was made), and its keys' part
+    /// in composites ([`member`](Keyed::member)).
     ///
     /// # Examples
     ///

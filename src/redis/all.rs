@@ -184,7 +184,7 @@ pub struct RedisAll {
 }
 
 /// [`RedisAll::new`] under its old name, which it shared with the in-process
-/// [`RedisAll::new`](crate::all) over members of another kind.
+/// [`all`](crate::all) over members of another kind.
 ///
 /// ```no_run
 /// # #![allow(deprecated)]

@@ -17,7 +17,7 @@
 //! 1. a [`Keyed`](crate::Keyed) shard's lock, for a key's word: a key decided on its word
 //!    together with a global limiter asks the global limiter under it
 //!    (`keyed/joint.rs`); nothing takes a shard's lock while it holds a limiter's;
-//! 2. buckets' locks (`bucket/handle.rs`), by [`Identity`] (see `composite/member.rs`);
+//! 2. buckets' locks (`bucket/shared.rs`), by [`Identity`] (see `composite/member.rs`);
 //! 3. window limiters by [`Identity`], and within each its line (`Turnstile::line`,
 //!    `window/turnstile.rs`) before, for a sliding limiter, its tally
 //!    (`window/sliding.rs`).
