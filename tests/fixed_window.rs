@@ -466,8 +466,8 @@ async fn works_through_the_limiter_trait() {
 
 /// Real threads race for one window's permits (an hour long, so the real clock stays in
 /// it): together they get exactly the limit, none lost and none twice. The racing test
-/// across many window edges is in `src/window/fixed_window.rs`, where each admission reports its
-/// window.
+/// across many window edges is in `src/window/fixed_window/tests.rs`, where each
+/// admission reports its window.
 #[test]
 fn racing_threads_share_exactly_one_window_of_permits() {
     const LIMIT: u64 = 1_000_000;

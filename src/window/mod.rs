@@ -1,7 +1,9 @@
 //! The window limiters: they count requests per window of time rather than hold tokens.
 //!
 //! - `fixed_window.rs`: [`FixedWindow`], lock-free, the window and its count in one atomic
-//!   word updated by compare-and-swap.
+//!   word updated by compare-and-swap; beside it in `fixed_window/`, the word's layout
+//!   (`word.rs`), what a composite holds of it (`held.rs`), a key's word (`compact.rs`)
+//!   and its unit tests.
 //! - `sliding.rs`: what the two sliding limiters share: the handle, the `Limiter`
 //!   plumbing and the arithmetic of `retry_after`.
 //! - `sliding_log.rs`: [`SlidingLog`], exact, a ring of grant instants.
@@ -13,9 +15,9 @@
 //! - `ring.rs`: reading a circular buffer oldest first.
 //!
 //! It uses the crate's foundations (`clock`, `error`, `permits`, `sync`, whose docs give
-//! the order every path takes the limiters' locks in) and the plain types of `quota`, and
-//! implements [`Limiter`](crate::Limiter); it uses neither the token bucket nor
-//! `composite/`, which uses it.
+//! the order every path takes the limiters' locks in), the plain types of `quota`,
+//! `observe` to report under a name, and implements [`Limiter`](crate::Limiter); it uses
+//! neither the token bucket nor `composite/`, which uses it.
 
 mod fixed_window;
 mod hooks;
