@@ -1,3 +1,18 @@
+// What lives here (the documentation below is its users'):
+// - `client_ip.rs`: the client's address behind trusted proxies, and its key; beside it
+//   in `client_ip/`, CIDR blocks (`cidr.rs`), reading forwarding headers (`entries.rs`)
+//   and its unit tests.
+// - `key.rs`: the `KeyExtractor` trait and the keys the crate ships.
+// - `limits.rs`: what decides: per key and global, in-process; `redis.rs`: in Redis.
+// - `headers.rs`: the header fields of a decision.
+// - `response.rs`: what a refusal is answered.
+// - `layer.rs`: the layer and its builder; `shared.rs`: the settings they share with
+//   `service.rs`, the service and its future.
+//
+// It uses the limiters through `keyed/`, `composite/`'s `Member` and `bucket/` (the
+// type of a global limit not given), `redis/` (feature `redis`), `observe/` (`observe/http.rs`) and the
+// foundations (`error`, `quota`, `limiter`). Nothing in the crate uses it.
+
 //! The HTTP front door (feature `http`): a tower layer that limits requests per client
 //! and for the whole service, and answers `429 Too Many Requests` with `Retry-After` and
 //! the IETF `RateLimit` header fields.
@@ -39,13 +54,6 @@
 //!   response, `X-RateLimit-*` on request; gRPC calls get `grpc-status: 8`.
 //!
 //! `docs/http.md` explains keys, trusted proxies, the header fields and the modes.
-//!
-//! - `client_ip.rs`: the client's address behind trusted proxies, and its key.
-//! - `key.rs`: the [`KeyExtractor`] trait and the keys the crate ships.
-//! - `limits.rs`: what decides: per key and global, in-process; `redis.rs`: in Redis.
-//! - `headers.rs`: the header fields of a decision.
-//! - `response.rs`: what a refusal is answered.
-//! - `layer.rs`: the layer and its builder; `service.rs`: the service and its future.
 
 mod client_ip;
 mod headers;
