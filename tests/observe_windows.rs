@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::observe::{has_line, lines_at, Metrics, ONE_AT_A_TIME};
+use common::observe::{assert_decision_events, Metrics, ONE_AT_A_TIME};
 use metrics_util::debugging::DebuggingRecorder;
 use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
@@ -224,44 +224,24 @@ async fn named_window_limiters_emit_their_events_at_their_levels() {
         ("sliding_log", "1s"),
         ("sliding_window", "1.1s"),
     ] {
-        for (level, expected) in [
-            (tracing::Level::TRACE, 3),
-            (tracing::Level::DEBUG, 2),
-            (tracing::Level::INFO, 0),
-        ] {
-            let lines = lines_at(level, || async {
-                match kind {
-                    "fixed_window" => {
-                        let make = || FixedWindow::new(1, second).unwrap();
-                        workload(make().named("limited"), make()).await;
-                    }
-                    "sliding_log" => {
-                        let make = || SlidingLog::new(1, second).unwrap();
-                        workload(make().named("limited"), make()).await;
-                    }
-                    _ => {
-                        let make = || SlidingWindow::new(1, 10, slot).unwrap();
-                        workload(make().named("limited"), make()).await;
-                    }
+        let kind_field = format!("kind=\"{kind}\"");
+        let fields = ["limiter=\"limited\"", kind_field.as_str()];
+        assert_decision_events(&fields, retry_after, || async {
+            match kind {
+                "fixed_window" => {
+                    let make = || FixedWindow::new(1, second).unwrap();
+                    workload(make().named("limited"), make()).await;
                 }
-            })
-            .await;
-            assert_eq!(lines.len(), expected, "{kind} at {level}: {lines:#?}");
-            let kind_field = format!("kind=\"{kind}\"");
-            let fields = ["limiter=\"limited\"", kind_field.as_str()];
-            let has = |level: &str, text: &str| has_line(&lines, level, text, &fields);
-            if level >= tracing::Level::DEBUG {
-                let limited = format!("retry_after=Some({retry_after})");
-                assert!(has("DEBUG", &limited), "{lines:#?}");
-                assert!(has("DEBUG", "retry_after=None"), "{lines:#?}");
+                "sliding_log" => {
+                    let make = || SlidingLog::new(1, second).unwrap();
+                    workload(make().named("limited"), make()).await;
+                }
+                _ => {
+                    let make = || SlidingWindow::new(1, 10, slot).unwrap();
+                    workload(make().named("limited"), make()).await;
+                }
             }
-            if level >= tracing::Level::TRACE {
-                assert!(has("TRACE", "granted after waiting"), "{lines:#?}");
-                assert!(
-                    lines.iter().any(|line| line.contains("wait{")),
-                    "{lines:#?}"
-                );
-            }
-        }
+        })
+        .await;
     }
 }

@@ -30,6 +30,43 @@ pub fn has_line(lines: &[String], level: &str, text: &str, fields: &[&str]) -> b
     })
 }
 
+/// Runs `workload` under a subscriber at each of `trace`, `debug` and `info`, and
+/// asserts that it wrote exactly a named limiter's three decision events, each carrying
+/// every field of `fields` (as `limiter="api"`): at `debug`, a refusal with
+/// `retry_after=Some(retry_after)` (a `Duration` as `tracing` writes it: `1s`) and one
+/// refused for good (`retry_after=None`); at `trace`, a grant after waiting, inside the
+/// wait's span; nothing at `info`.
+pub async fn assert_decision_events<F: Future<Output = ()>>(
+    fields: &[&str],
+    retry_after: &str,
+    workload: impl Fn() -> F,
+) {
+    let limited = format!("retry_after=Some({retry_after})");
+    for (level, expected) in [
+        (tracing::Level::TRACE, 3),
+        (tracing::Level::DEBUG, 2),
+        (tracing::Level::INFO, 0),
+    ] {
+        let lines = lines_at(level, &workload).await;
+        assert_eq!(lines.len(), expected, "{fields:?} at {level}: {lines:#?}");
+        let has = |level: &str, text: &str| has_line(&lines, level, text, fields);
+        if level >= tracing::Level::DEBUG {
+            assert!(has("DEBUG", &limited), "{fields:?}: {lines:#?}");
+            assert!(has("DEBUG", "retry_after=None"), "{fields:?}: {lines:#?}");
+        }
+        if level >= tracing::Level::TRACE {
+            assert!(
+                has("TRACE", "granted after waiting"),
+                "{fields:?}: {lines:#?}"
+            );
+            assert!(
+                lines.iter().any(|line| line.contains("wait{")),
+                "{fields:?}: {lines:#?}"
+            );
+        }
+    }
+}
+
 /// The lines a `fmt` subscriber at `level` writes while `run` runs.
 pub async fn lines_at<F: Future<Output = ()>>(
     level: tracing::Level,
