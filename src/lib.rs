@@ -139,30 +139,51 @@
 //! or limit, [`TryTakeError`], [`TakeError`], [`TryAcquireError`] and [`AcquireError`]
 //! for requests larger than the capacity or limit,
 //! [`ParseRateError`] for rate text that does not parse.
+//!
+//! # Where things live
+//!
+//! Each folder or file below uses (imports) only those listed before it, so the imports
+//! have no circles. Each folder's `mod.rs` opens with what lives in it and what it may
+//! use (a public module's, in a comment above its documentation).
+//!
+//! - `rate.rs`: [`Rate`] and its text form; `clock.rs`: time as the limiters count it,
+//!   nanoseconds on tokio's clock; `sync/`: the locks and atomics (loom's under
+//!   `--cfg loom`, for `loom_tests.rs`) and the one statement of the lock order. They use
+//!   nothing of the crate.
+//! - `error.rs`: every error, naming the values; it uses `rate.rs`.
+//! - `permits.rs`: the rule every request meets first; `quota.rs`: [`Policy`], [`Quota`]
+//!   and [`Decision`]; `observe/`: names, metrics and events. Each uses `error.rs`.
+//! - `limiter.rs`: the traits [`Limiter`] and [`KeyTemplate`], and a key's one-word form;
+//!   `dyn_limiter.rs`: [`DynLimiter`]. They use `error.rs` and `quota.rs`.
+//! - `bucket/`: [`TokenBucket`]; `window/`: [`FixedWindow`], [`SlidingLog`] and
+//!   [`SlidingWindow`]. Each uses the files above, and not the other.
+//! - `composite/`: [`all`] and [`all_in_turn`]; it uses `bucket/` and `window/`.
+//! - `keyed/`: [`Keyed`]; it uses `composite/`, `bucket/` and `window/`.
+//! - `throttle/`: the adapters ([`stream`], [`sink`], `io`, `service`); they use the
+//!   bucket's public API alone.
+//! - `redis/` (feature `redis`): limiters whose state lives in Redis; of the in-process
+//!   limiters, it uses none.
+//! - `http/` (feature `http`): the tower layer; it uses `keyed/`, `composite/`, `bucket/`
+//!   and `redis/`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
-// One folder per concept; each folder's `mod.rs` says what it holds and what it uses.
+// What each holds and may use: "Where things live", above.
 mod bucket;
-mod throttle;
-mod window;
-
-// The foundations every room uses.
 mod clock;
-mod error;
-mod permits;
-mod rate;
-mod sync;
-
-// What ties the rooms together: the traits every limiter implements (and a boxed one),
-// a limiter per key, and one decision over several limiters.
 mod composite;
 mod dyn_limiter;
+mod error;
 mod keyed;
 mod limiter;
 pub mod observe;
+mod permits;
 mod quota;
+mod rate;
+mod sync;
+mod throttle;
+mod window;
 
 // The feature needs Rust 1.88 (as the `redis` crate does): clippy checks it against that.
 #[cfg(feature = "redis")]

@@ -33,7 +33,8 @@
 //!
 //! It uses only the crate's foundations: `rate`, `clock`, `error`, `permits` (the rule
 //! every request meets first) and the `sync` shim, the plain types of `quota` it
-//! reports, and the traits of `limiter` it implements.
+//! reports, `observe` to report them under a name, and the traits of `limiter` it
+//! implements.
 //! Nothing here knows of windows or adapters; `compact.rs` knows only that keys keep
 //! their words under a lock.
 

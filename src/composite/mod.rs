@@ -15,6 +15,7 @@
 //! It uses the bucket (a hold in its queue, see `bucket/state.rs`) and the window
 //! limiters (a place in their line, see `window/hooks.rs`) through crate-private
 //! hooks, which a user's [`Limiter`](crate::Limiter) does not have; neither uses it.
+//! Beside them, only the foundations: `clock`, `error`, `permits`, `sync` and `limiter`.
 
 mod all;
 mod few;

@@ -4,7 +4,11 @@
 //!
 //! - `shard.rs`: a shard's table of keys and their entries, and its sweep.
 //! - `compact.rs`: which templates have a one-word form (a `OneWord`, see `limiter.rs`).
+//! - `member.rs`: [`KeyMember`], a key as a member of a composite.
 //! - `joint.rs`: a key's limit and a global one decided together, all or nothing.
+//!
+//! It uses the limiters it holds (`bucket/`, `window/`), `composite/` (a key as a member,
+//! and the joint decision), `observe` and the foundations; only `http/` uses it.
 
 mod compact;
 mod member;

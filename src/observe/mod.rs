@@ -1,3 +1,14 @@
+// What lives here (the documentation below is its users'):
+// - `mod.rs`: the metric names and `Observer`, what a named limiter reports through.
+// - `gauges.rs`: the list of named limiters' gauges that `record_gauges` reads.
+// - `keyed.rs`: what a named `Keyed` reports beyond its decisions.
+// - `http.rs`: what a named HTTP layer reports (feature `http`).
+// - `redis.rs`: the names of the Redis limiters' metrics (feature `redis`); what reports
+//   them lives in `redis/observe.rs`.
+//
+// It uses `error` alone, and knows no limiter: each limiter holds its `Observer` and
+// tells it what it decided.
+
 //! Seeing a limiter work: a limiter given a name reports its decisions under that name,
 //! through the [`metrics`](https://docs.rs/metrics) facade (feature `metrics`) and
 //! [`tracing`](https://docs.rs/tracing) (feature `tracing`). A limiter without a name

@@ -1,3 +1,18 @@
+// What lives here (the documentation below is its users'):
+// - `limiter.rs`: `RedisLimiter`, generic over an algorithm (`algorithm.rs`):
+//   `token_bucket.rs`, `fixed_window.rs` and `sliding_log.rs`, the two windows sharing
+//   `window.rs`; the scripts are in `lua/`.
+// - `all.rs`: `RedisAll`, one decision over several keys.
+// - `decision.rs`: what every decision shares (checks, timeout, failure policy, waiting
+//   with `jitter.rs`); `scripts.rs`: running the scripts; `connection.rs`: what a
+//   connection must offer.
+// - `policy.rs`: the options and the failure policy; `error.rs`: `RedisLimitError`.
+// - `observe.rs`: what a named limiter reports.
+// - `leased/`: `LeasedBucket`, a local front over one key of a `RedisTokenBucket`.
+//
+// It uses only `error`, `rate`, `quota` (its decisions are the trait's `Decision`) and
+// `observe/`: none of the in-process limiters. Only `http/` uses it.
+
 //! Limiters whose state lives in Redis, so that many processes share one budget (feature
 //! `redis`).
 //!

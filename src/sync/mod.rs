@@ -8,6 +8,8 @@
 //! tests in `loom_tests.rs` explore every interleaving of the core's operations.
 //! Otherwise they are the standard library's, at no cost.
 //!
+//! It uses nothing of the crate, and everything that locks uses it.
+//!
 //! # Lock order
 //!
 //! The one statement of it: every other place points here. Every path takes the

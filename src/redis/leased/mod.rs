@@ -8,6 +8,10 @@
 //! - `task.rs`: the task that takes leases and gives them back, through what it asks of
 //!   the front (`Leases`), not the front itself.
 //! - `source.rs`: the calls to Redis (`lua/lease.lua`).
+//!
+//! It uses the Redis limiters' plumbing in `redis/` (the connection, `scripts.rs`, the
+//! timeout of `decision.rs`, `observe.rs`, the token bucket it fronts) and `rate`,
+//! `error`; nothing else in `redis/` uses it (`redis/mod.rs` only re-exports it).
 
 mod budget;
 mod front;
