@@ -143,8 +143,9 @@
 //! # Where things live
 //!
 //! Each folder or file below uses (imports) only those listed before it, so the imports
-//! have no circles. Each folder's `mod.rs` opens with what lives in it and what it may
-//! use (a public module's, in a comment above its documentation).
+//! have no circles. The first four lines are the foundations; each later line names what
+//! it uses beside them. Each folder's `mod.rs` opens with what lives in it and what it
+//! may use (a public module's, in a comment above its documentation).
 //!
 //! - `rate.rs`: [`Rate`] and its text form; `clock.rs`: time as the limiters count it,
 //!   nanoseconds on tokio's clock; `sync/`: the locks and atomics (loom's under
@@ -156,11 +157,11 @@
 //! - `limiter.rs`: the traits [`Limiter`] and [`KeyTemplate`], and a key's one-word form;
 //!   `dyn_limiter.rs`: [`DynLimiter`]. They use `error.rs` and `quota.rs`.
 //! - `bucket/`: [`TokenBucket`]; `window/`: [`FixedWindow`], [`SlidingLog`] and
-//!   [`SlidingWindow`]. Each uses the files above, and not the other.
+//!   [`SlidingWindow`]. Each uses only the foundations, not the other.
 //! - `composite/`: [`all`] and [`all_in_turn`]; it uses `bucket/` and `window/`.
 //! - `keyed/`: [`Keyed`]; it uses `composite/`, `bucket/` and `window/`.
-//! - `throttle/`: the adapters ([`stream`], [`sink`], `io`, `service`); they use the
-//!   bucket's public API alone.
+//! - `throttle/`: the adapters ([`stream`], [`sink`], `io`, `service`); they use
+//!   `bucket/`, through its public API alone.
 //! - `redis/` (feature `redis`): limiters whose state lives in Redis; of the in-process
 //!   limiters, it uses none.
 //! - `http/` (feature `http`): the tower layer; it uses `keyed/`, `composite/`, `bucket/`

@@ -10,8 +10,8 @@
 //   `service.rs`, the service and its future.
 //
 // It uses the limiters through `keyed/`, `composite/`'s `Member` and `bucket/` (the
-// type of a global limit not given), `redis/` (feature `redis`), `observe/` (`observe/http.rs`) and the
-// foundations (`error`, `quota`, `limiter`). Nothing in the crate uses it.
+// type of a global limit not given), `redis/` (feature `redis`), `observe/http.rs` and
+// the foundations (`error`, `quota`, `limiter`). Nothing in the crate uses it.
 
 //! The HTTP front door (feature `http`): a tower layer that limits requests per client
 //! and for the whole service, and answers `429 Too Many Requests` with `Retry-After` and
