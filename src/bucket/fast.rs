@@ -15,9 +15,6 @@
 //! converting between the two loses nothing, so a grant happens at the same nanosecond
 //! whichever path serves it.
 //!
-//! Units are counted from a `base` instant, so that they fit in the word's 55 bits for
-//! years at common rates. When they would not, a locked operation moves the base.
-//!
 //! # Who holds the state
 //!
 //! The top bit, [`LOCKED`], says that the state behind the lock is the authority:
@@ -29,26 +26,43 @@
 //! seized, and seizing makes every compare-and-swap begun before it fail, so a taker on
 //! the fast path never passes a waiter.
 //!
-//! # The epoch
+//! # Why a taker is never fooled by a change of settings
 //!
-//! The settings the word is read with (its units, the capacity, the base) change only
-//! while the word is seized, and each change advances an 8-bit epoch kept in the word. A
-//! taker that read the word before such a change and the settings after it fails its
-//! compare-and-swap, since the epoch moved, and a reader that saw settings of another
-//! epoch reads again. The epoch wraps after 256 changes, so a taker stalled between its
-//! read and its compare-and-swap while exactly a multiple of 256 changes went by, and
-//! finding the word's value where it left it, could be fooled. The base moves at most
-//! once every half millisecond, but `set_rate` and `set_capacity` are as frequent as
-//! their callers make them: code that changes a bucket's settings in a tight loop while
-//! other threads take from it comes closest. A change of the value alone (a take, a
-//! refund) cannot fool anyone: the value is the whole state.
+//! The settings the word is read with (its units, the capacity, the instant and units
+//! they count from) sit beside it, not in it, and change only while the word is seized. A
+//! taker reads the word, then the settings, then swaps the word for its new value. Had
+//! the settings changed in between and the word come back to the value the taker read,
+//! the swap would succeed on arithmetic done with the old settings. So the word's values
+//! never come back across a change: each set of settings (an *era*) counts its units from
+//! above the highest value the word has ever held, and every value of an era is at least
+//! a full bucket below its first instant's units, so above every value of every era
+//! before. A swap that succeeds found the word unchanged since it was read, so of the
+//! settings it was read with. This holds whatever happens and however long a taker
+//! stalls: it is not a matter of luck, as a counter that wraps would be.
+//!
+//! The same fact keeps readers honest: one that reads the word, then the settings, then
+//! finds the word unchanged, read settings of the word's era (a setting of a later era
+//! is written after the seize that began it, so it is seen only with a changed word). So
+//! the arithmetic below never mixes two eras, and a refusal or a reading answers for one
+//! moment.
+//!
+//! # The word's life
+//!
+//! Units never start again from a lower value, so a word has a life: 2<sup>63</sup> units,
+//! less a full bucket spent by each change of settings. At one unit a nanosecond (any
+//! rate whose amount divides its period's nanoseconds, such as 1,000/s) that is 292
+//! years; at 1,001/s (1,001 units a nanosecond) 106 days of being taken from. A word
+//! nobody took from for a while starts its next era low again: only the highest value
+//! it held counts. Once spent, the word stays seized and the lock serves the bucket, as
+//! exactly and a little slower. A rate so fast that its word would not last a second is
+//! left to the lock from the start.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
 use crate::bucket::counters::{Count, Counters};
 use crate::bucket::ledger::Ledger;
-use crate::bucket::units::{Refusal, Units, REBASE_AT_WORD as REBASE_AT, WORD};
+use crate::bucket::units::{Refusal, Units, WORD};
 use crate::error::TryTakeError;
 use crate::quota::Quota;
 use crate::rate::Rate;
@@ -56,11 +70,8 @@ use crate::sync::AtomicU64;
 
 /// The state behind the lock is the authority; see the module's docs.
 const LOCKED: u64 = 1 << 63;
-/// Where the epoch starts: bits 55 to 62.
-const EPOCH_SHIFT: u32 = 55;
-const EPOCH_MASK: u64 = 0xFF << EPOCH_SHIFT;
-/// `empty_at`, in units since the base minus a capacity's worth (so never negative).
-const FIELD_MASK: u64 = (1 << EPOCH_SHIFT) - 1;
+/// `empty_at`, in the units of the word's era.
+const VALUE_MASK: u64 = LOCKED - 1;
 
 /// What one attempt decided: taken, or refused, with why and the units of the word it
 /// was refused on (what its `retry_after` is counted in).
@@ -76,7 +87,7 @@ struct Seen {
 impl Seen {
     #[inline]
     fn empty_at(&self) -> u64 {
-        self.word & FIELD_MASK
+        self.word & VALUE_MASK
     }
 }
 
@@ -86,17 +97,20 @@ impl Seen {
 pub(crate) struct FastPath {
     // The word and what it is read with share one cache line.
     word: AtomicU64,
-    // Written only while the word is seized, published by the store that releases it.
+    // Written only while the word is seized.
     per_nanosecond: AtomicU64,
     per_token: AtomicU64,
     capacity: AtomicU64,
     base: AtomicU64,
+    at_base: AtomicU64,
     /// Next, on the same line as far as it goes (`repr(C)` keeps this order): the two
     /// counters a taker adds to come first.
     pub(crate) counters: Counters,
     // The rate as given, for `rate()` and `stats()`: its period when it fits in u64.
     rate_amount: AtomicU64,
     rate_period: AtomicU64,
+    /// The highest value the word has held: read and written by the lock's holder alone.
+    highest: AtomicU64,
 }
 
 impl FastPath {
@@ -117,41 +131,45 @@ impl FastPath {
             per_token: AtomicU64::new(0),
             capacity: AtomicU64::new(0),
             base: AtomicU64::new(0),
+            at_base: AtomicU64::new(0),
             rate_amount: AtomicU64::new(0),
             rate_period: AtomicU64::new(0),
+            highest: AtomicU64::new(0),
         }
     }
 
-    /// The word, with the settings it is read with; `None` while it is seized.
+    /// The word, with the settings of its era; `None` while it is seized.
     #[inline]
     fn see(&self) -> Option<Seen> {
+        self.see_with(|| ()).map(|(seen, ())| seen)
+    }
+
+    /// [`see`](FastPath::see), and `more` of the settings, read with the rest.
+    #[inline]
+    fn see_with<R>(&self, more: impl Fn() -> R) -> Option<(Seen, R)> {
         loop {
             let word = self.word.load(Acquire);
             if word & LOCKED != 0 {
                 return None;
             }
-            // Acquire, beside the Release stores in `publish`: a setting written after a
-            // later seize is only seen together with that seize, which `settled` then
-            // sees. So no arithmetic below runs on settings of two publishes.
+            // Acquire, beside the Release stores in `publish`: a setting written in a later
+            // era is only seen together with the seize that began it, which the word's
+            // second reading then sees.
             let units = Units {
                 per_nanosecond: self.per_nanosecond.load(Acquire),
                 per_token: self.per_token.load(Acquire),
                 capacity: self.capacity.load(Acquire),
                 base: self.base.load(Acquire),
+                at_base: self.at_base.load(Acquire),
                 span: WORD,
             };
-            if self.settled(word) {
-                return Some(Seen { word, units });
+            let more = more();
+            // Unchanged, so no era began in between (its values never come back): the
+            // settings are the word's.
+            if self.word.load(Acquire) == word {
+                return Some((Seen { word, units }, more));
             }
         }
-    }
-
-    /// Whether the word is still open and of the same epoch as `word`: what was read
-    /// since belongs to it. A change of the value alone (a take) does not matter: what
-    /// was read is then true of the moment `word` was read.
-    #[inline]
-    fn settled(&self, word: u64) -> bool {
-        self.word.load(Acquire) & !FIELD_MASK == word & !FIELD_MASK
     }
 
     /// Takes `tokens` at `now` if nobody waits, and `read`s the word it was decided on (see
@@ -188,7 +206,7 @@ impl FastPath {
     /// One try at taking `tokens` at `now`, by compare-and-swap until it is decided, and
     /// `read` of the word it was decided on (the one it wrote, when it took) at the same
     /// `now`: called with the word's units, its `empty_at` and `now` in those units.
-    /// `None`: the word is seized, or its base must move, so the lock must decide.
+    /// `None`: the word is seized, or past its horizon, so the lock must decide.
     #[inline(always)]
     fn attempt<R>(
         &self,
@@ -222,9 +240,8 @@ impl FastPath {
 
     #[inline]
     fn swap(&self, seen: &Seen, empty_at: u64) -> bool {
-        let word = (seen.word & !FIELD_MASK) | empty_at;
         self.word
-            .compare_exchange(seen.word, word, AcqRel, Acquire)
+            .compare_exchange(seen.word, empty_at, AcqRel, Acquire)
             .is_ok()
     }
 
@@ -255,18 +272,16 @@ impl FastPath {
 
     /// The rate, capacity and whole tokens held at `now`, if nobody waits.
     pub(crate) fn settings_and_tokens(&self, now: u64) -> Option<(Rate, u64, u64)> {
-        loop {
-            let seen = self.see()?;
-            let now_units = seen.units.at(now)?;
-            let rate = Rate::new(
+        let (seen, (amount, period)) = self.see_with(|| {
+            (
                 self.rate_amount.load(Acquire),
-                Duration::from_nanos(self.rate_period.load(Acquire)),
-            );
-            if self.settled(seen.word) {
-                let tokens = seen.units.tokens(seen.empty_at(), now_units);
-                return Some((rate, seen.units.capacity, tokens));
-            }
-        }
+                self.rate_period.load(Acquire),
+            )
+        })?;
+        let now_units = seen.units.at(now)?;
+        let rate = Rate::new(amount, Duration::from_nanos(period));
+        let tokens = seen.units.tokens(seen.empty_at(), now_units);
+        Some((rate, seen.units.capacity, tokens))
     }
 
     /// Seizes the word for the lock's holder. When the word held the state, returns the
@@ -281,49 +296,70 @@ impl FastPath {
         if word & LOCKED != 0 {
             return None;
         }
-        Some(self.units().ledger(word & FIELD_MASK, now, rate))
+        let empty_at = word & VALUE_MASK;
+        self.note_highest(empty_at);
+        Some(self.units().ledger(empty_at, now, rate))
     }
 
     /// Hands the state back to the word; called by the lock's holder when nobody waits
     /// and the bucket is open. Leaves the word seized when `rate` and `capacity` do not
-    /// fit it.
+    /// fit it, or when its life is spent.
     pub(crate) fn publish(&self, ledger: &Ledger, rate: Rate, capacity: u64) {
-        let word = self.word.load(Relaxed);
-        debug_assert!(word & LOCKED != 0, "only the lock's holder publishes");
+        debug_assert!(
+            self.word.load(Relaxed) & LOCKED != 0,
+            "only the lock's holder publishes"
+        );
         let current = self.units();
         let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction(), WORD)
         else {
             return;
         };
-        // Keep the base while the ledger's instant is well inside its horizon, so the
-        // epoch (and every taker's view) changes only when it must.
-        let keep_base = ledger.last() >= units.base
-            && units
-                .at(ledger.last())
-                .is_some_and(|now_units| now_units < REBASE_AT);
-        if !keep_base {
+        units.at_base = current.at_base;
+        // The same era while the settings are and the ledger's instant is inside its
+        // horizon: takers' views stay good.
+        let same_era = units == current
+            && self.holds_rate(rate)
+            && ledger.last() >= units.base
+            && units.at(ledger.last()).is_some();
+        if !same_era {
+            // Every value of the new era is at least `at_base - full`: above every value
+            // the word has held (see the module's docs).
             units.base = ledger.last();
+            units.at_base = self.highest.load(Relaxed) + 1 + units.full();
+            if units.at(units.base).is_none() {
+                // The word's life is spent: the lock serves from now on.
+                return;
+            }
+            self.write_settings(&units, rate);
         }
         let empty_at = units
             .empty_at(ledger, rate)
-            .expect("a base at the ledger's instant fits");
-        let mut epoch = word & EPOCH_MASK;
-        if units != current || !self.holds_rate(rate) {
-            // Release: a reader that sees one of these sees the seize before it too (see
-            // `see`).
-            self.per_nanosecond.store(units.per_nanosecond, Release);
-            self.per_token.store(units.per_token, Release);
-            self.capacity.store(units.capacity, Release);
-            self.base.store(units.base, Release);
-            self.rate_amount.store(rate.amount(), Release);
-            self.rate_period.store(
-                u64::try_from(rate.period_nanos()).expect("checked by Units::new"),
-                Release,
-            );
-            epoch = (epoch + (1 << EPOCH_SHIFT)) & EPOCH_MASK;
-        }
+            .expect("the ledger's instant is inside the era's horizon");
+        self.note_highest(empty_at);
         // Release: whoever reads this word reads the settings above with it.
-        self.word.store(epoch | empty_at, Release);
+        self.word.store(empty_at, Release);
+    }
+
+    /// Writes the settings of a new era, while the word is seized.
+    fn write_settings(&self, units: &Units, rate: Rate) {
+        // Release: a reader that sees one of these sees the seize before it too (see
+        // `see_with`).
+        self.per_nanosecond.store(units.per_nanosecond, Release);
+        self.per_token.store(units.per_token, Release);
+        self.capacity.store(units.capacity, Release);
+        self.base.store(units.base, Release);
+        self.at_base.store(units.at_base, Release);
+        self.rate_amount.store(rate.amount(), Release);
+        self.rate_period.store(
+            u64::try_from(rate.period_nanos()).expect("checked by Units::new"),
+            Release,
+        );
+    }
+
+    fn note_highest(&self, empty_at: u64) {
+        if empty_at > self.highest.load(Relaxed) {
+            self.highest.store(empty_at, Relaxed);
+        }
     }
 
     /// The settings as stored; read by the lock's holder, who alone writes them.
@@ -333,6 +369,7 @@ impl FastPath {
             per_token: self.per_token.load(Relaxed),
             capacity: self.capacity.load(Relaxed),
             base: self.base.load(Relaxed),
+            at_base: self.at_base.load(Relaxed),
             span: WORD,
         }
     }
@@ -347,6 +384,7 @@ impl FastPath {
 mod tests {
     use super::*;
     use crate::bucket::counters::Tally;
+    use crate::bucket::units::WORD_HORIZON;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -495,15 +533,15 @@ mod tests {
 
     #[test]
     fn settings_the_word_cannot_hold_leave_it_to_the_lock() {
-        // A full bucket of 10,000 tokens at one an hour is 3.6e16 units: past a quarter
-        // of the horizon.
+        // A full bucket of 10,000 tokens at one an hour is 3.6e16 units: past the 2^50
+        // a change of settings may spend.
         let rate = Rate::per_hour(1);
         let ledger = Ledger::new(10_000, 0);
         let fast = FastPath::new(&ledger, rate, 10_000);
         assert_eq!(try_take(&fast, 1, 0), None);
         assert_eq!(fast.available(0), None);
-        // A rate of more than 2^33 units a nanosecond would have to move its base more
-        // often than once a millisecond.
+        // A rate of more than 2^32 units a nanosecond would spend its word in less than
+        // two seconds.
         let fast = FastPath::new(
             &Ledger::new(1, 0),
             Rate::new(u64::MAX, Duration::from_nanos(1)),
@@ -527,36 +565,115 @@ mod tests {
         assert_eq!(fast.available(SECOND), Some(4));
     }
 
+    /// 4,000,000,007 units a nanosecond: a word that lasts about 2.3 s of its clock.
+    fn fast_units() -> Rate {
+        Rate::new(4_000_000_007, Duration::from_secs(1))
+    }
+
+    /// A word taken from past its horizon hands the bucket to the lock, which starts a new
+    /// era from the highest value the word held, and every decision, by the word or by
+    /// the lock, is the ledger's.
     #[test]
-    fn the_base_moves_past_the_horizon_and_the_books_stay_exact() {
-        // 1,000,003 units a nanosecond: the base must move every 9 s or so.
-        let rate = Rate::new(1_000_003, Duration::from_millis(17));
-        let capacity = 100;
-        let fast = FastPath::new(&Ledger::new(0, 0), rate, capacity);
-        let mut ledger = Ledger::new(0, 0);
-        let mut taken = 0u64;
-        let mut moves = 0;
+    fn past_its_horizon_the_word_hands_over_to_the_lock_and_back_exactly() {
+        let (rate, capacity) = (fast_units(), 100);
+        let mut ledger = Ledger::new(capacity, 0);
+        let fast = FastPath::new(&ledger, rate, capacity);
+        let (mut by_word, mut by_lock) = (0u64, 0u64);
         let mut now = 0;
-        while now < 120 * SECOND {
-            now += 7 * SECOND / 10 + 13;
-            let result = try_take(&fast, capacity, now).unwrap_or_else(|| {
-                moves += 1;
-                try_take_locked(&fast, capacity, now, rate, capacity)
-            });
-            ledger.advance(now, rate);
-            ledger.cap(capacity);
-            assert!(ledger.tokens() >= capacity, "a full bucket every 0.7 s");
-            ledger.take(capacity);
-            assert_eq!(result, Ok(()));
-            taken += capacity;
+        while now < 5 * SECOND {
+            now += 3 * SECOND / 10 + 13;
+            let Some(decided) = try_take(&fast, capacity, now) else {
+                let held = fast.seize(now, rate).expect("open until now");
+                let mut expected = ledger.clone();
+                expected.advance(now, rate);
+                expected.cap(capacity);
+                assert_eq!(held, expected, "at {now}");
+                assert_eq!(
+                    ledger_try_take(&mut ledger, capacity, now, rate, capacity),
+                    Ok(())
+                );
+                fast.publish(&ledger, rate, capacity);
+                by_lock += 1;
+                continue;
+            };
+            assert_eq!(
+                decided,
+                ledger_try_take(&mut ledger, capacity, now, rate, capacity)
+            );
+            by_word += 1;
         }
-        // Units pass the horizon every 18 s: 6 moves in 120 s.
-        assert!(moves >= 6, "the base moved {moves} times");
+        // 0.3 s a step: 7 inside the first era's 2.3 s; after it, each era starts at a
+        // take's units, 1.2e18 below the horizon, and the next step is past it.
+        assert_eq!((by_word, by_lock), (7, 10));
+        assert_eq!(fast.available(now), Some(0), "open again");
         assert_eq!(
             fast.counters.read(&Tally::default()).taken,
-            taken - moves * capacity
+            by_word * capacity
         );
-        let held = fast.seize(now, rate).expect("open");
-        assert_eq!(held, ledger, "the word and the ledger agree to the part");
+    }
+
+    /// Once the highest value the word held is within a full bucket of its horizon, no
+    /// new era fits: the word stays seized and the lock serves the bucket for good.
+    #[test]
+    fn a_spent_word_stays_seized() {
+        let (rate, capacity) = (Rate::per_second(10), 5);
+        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
+        let ledger = fast.seize(0, rate).expect("open");
+        fast.highest.store(WORD_HORIZON - 100_000_000, Relaxed);
+        fast.publish(&ledger, Rate::per_second(20), capacity);
+        assert_eq!(fast.available(0), None);
+        assert_eq!(fast.seize(0, rate), None, "still seized");
+        // The same settings keep their era, which holds whatever the highest value.
+        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
+        let ledger = fast.seize(0, rate).expect("open");
+        fast.highest.store(WORD_HORIZON - 1, Relaxed);
+        fast.publish(&ledger, rate, capacity);
+        assert_eq!(fast.available(0), Some(capacity));
+    }
+
+    /// A word nobody took from past its horizon starts a new era from the highest value
+    /// it held, not from where its clock has run to, and serves again.
+    #[test]
+    fn an_idle_word_past_its_horizon_serves_again() {
+        let (rate, capacity) = (fast_units(), 100);
+        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
+        let mut now = SECOND / 10;
+        assert_eq!(try_take(&fast, capacity, now), Some(Ok(())));
+        for _ in 0..4 {
+            now += 3 * SECOND;
+            assert_eq!(try_take(&fast, 1, now), None, "past the horizon");
+            let ledger = fast.seize(now, rate).expect("open until now");
+            assert_eq!(ledger.tokens(), capacity);
+            fast.publish(&ledger, rate, capacity);
+            assert_eq!(try_take(&fast, capacity, now), Some(Ok(())));
+            assert_eq!(
+                try_take(&fast, 1, now),
+                Some(Err(TryTakeError::Insufficient {
+                    retry_after: Duration::from_nanos(1),
+                }))
+            );
+        }
+    }
+
+    /// A taker that read the word and stalled while its settings changed, however many
+    /// times and back again, with the ledger where it was, cannot swap the word: its
+    /// values never come back across a change. (With an 8-bit count of changes, 256 of
+    /// them brought the word back to the very bits the taker read.)
+    #[test]
+    fn a_stalled_taker_cannot_swap_after_any_number_of_changes() {
+        let rates = [Rate::per_second(10), Rate::per_second(20)];
+        let fast = FastPath::new(&Ledger::new(5, 0), rates[0], 5);
+        let stale = fast.see().expect("open");
+        for change in 0..512 {
+            let ledger = fast.seize(0, rates[change % 2]).expect("open");
+            assert_eq!(ledger, Ledger::new(5, 0));
+            fast.publish(&ledger, rates[(change + 1) % 2], 5);
+            assert!(
+                !fast.swap(&stale, stale.empty_at() + 1),
+                "after {} changes",
+                change + 1
+            );
+        }
+        assert_eq!(fast.available(0), Some(5));
     }
 }

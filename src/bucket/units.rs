@@ -4,9 +4,9 @@
 //!
 //! Divide the rate's amount and period by their greatest common divisor: then one
 //! nanosecond is worth `per_nanosecond` *units* and one token `per_token` units, both
-//! whole numbers. A word holds `empty_at`, the instant, in units since a `base`, at which
-//! the bucket would hold nothing. How far units may run from the base before it must
-//! move is the word's [`Span`].
+//! whole numbers. A word holds `empty_at`, the instant, in units counted from a `base`
+//! instant, at which the bucket would hold nothing. How far units may run from the base
+//! is the word's [`Span`].
 
 use std::time::Duration;
 
@@ -35,23 +35,27 @@ pub(crate) struct Span {
     horizon: u64,
     /// The most a full bucket may be worth, in units, for the word to hold it.
     max_full: u64,
-    /// A base must last at least this many nanoseconds (counted from the point where it
-    /// is moved, half the horizon) before it has to move, or its owner would spend its
-    /// time moving it.
+    /// Units must take at least this many nanoseconds to run through half the horizon,
+    /// or the word's owner would spend its time moving the base (or, for the fast path,
+    /// the word would be spent almost at once: see `fast.rs`).
     min_base_lifetime: u64,
 }
 
-/// The fast path's word: a 55-bit field beside a lock bit and an epoch.
+/// The fast path's word: 63 bits beside the lock bit. Its units never start again from a
+/// lower value (see `fast.rs`), so its horizon is the word's whole life.
 pub(crate) const WORD: Span = Span {
-    horizon: HORIZON_WORD,
-    max_full: HORIZON_WORD / 4,
-    // A millisecond.
-    min_base_lifetime: 1_000_000,
+    horizon: WORD_HORIZON,
+    // A full bucket of up to 2^50 units: each change of settings spends one (see
+    // `fast.rs`), so a word lives through at least 2^12 changes while it is taken from.
+    max_full: 1 << 50,
+    // A second: a bucket whose units run so fast that its word would last less than
+    // two is left to the lock from the start.
+    min_base_lifetime: 1_000_000_000,
 };
-const HORIZON_WORD: u64 = 1 << 54;
-/// The fast path moves its base once units since it pass this, leaving half the horizon
-/// to go.
-pub(crate) const REBASE_AT_WORD: u64 = HORIZON_WORD / 2;
+
+/// Below the lock bit, with room for a refused request's end (up to a full bucket past
+/// the horizon) in 64 bits.
+pub(crate) const WORD_HORIZON: u64 = (1 << 63) - (1 << 51);
 
 /// A compact key of `Keyed`: a whole `u64`, no flags. Moving a base rewrites every word
 /// of a shard, so a base must last at least a second.
@@ -69,6 +73,10 @@ pub(crate) struct Units {
     pub(crate) capacity: u64,
     /// The nanosecond (on the bucket's clock) units are counted from.
     pub(crate) base: u64,
+    /// Units at `base`: at least a full bucket's worth, so that `empty_at` of a full
+    /// bucket is never negative. A compact key's are exactly that; the fast path's word
+    /// raises them as it changes settings (see `fast.rs`).
+    pub(crate) at_base: u64,
     pub(crate) span: Span,
 }
 
@@ -90,14 +98,16 @@ impl Units {
         let fraction = u64::try_from(fraction).ok()?;
         let divisor = gcd(gcd(rate.amount().into(), period.into()), fraction.into());
         let divisor = u64::try_from(divisor).expect("at most the amount");
+        let per_token = period / divisor;
+        let full = capacity.checked_mul(per_token)?;
         let units = Units {
             per_nanosecond: rate.amount() / divisor,
-            per_token: period / divisor,
+            per_token,
             capacity,
             base,
+            at_base: full,
             span,
         };
-        let full = capacity.checked_mul(units.per_token)?;
         let lifetime = (span.horizon / 2) / units.per_nanosecond;
         (full <= span.max_full && lifetime >= span.min_base_lifetime).then_some(units)
     }
@@ -108,13 +118,13 @@ impl Units {
         self.capacity * self.per_token
     }
 
-    /// `now` in units: since the base, plus a full bucket's worth (so that `empty_at`
-    /// of a full bucket is never negative). `None` past the horizon: the base must move.
+    /// `now` in units: since the base, plus [`at_base`](Units::at_base). `None` past
+    /// the horizon: the base must move.
     #[inline]
     pub(crate) fn at(&self, now: u64) -> Option<u64> {
         now.saturating_sub(self.base)
             .checked_mul(self.per_nanosecond)?
-            .checked_add(self.full())
+            .checked_add(self.at_base)
             .filter(|&units| units < self.span.horizon)
     }
 
@@ -193,14 +203,14 @@ impl Units {
     pub(crate) fn ledger(&self, empty_at: u64, now: u64, rate: Rate) -> Ledger {
         let now = now.max(self.base);
         let per_nanosecond = u128::from(self.per_nanosecond);
-        let now_units = u128::from(now - self.base) * per_nanosecond + u128::from(self.full());
+        let now_units = u128::from(now - self.base) * per_nanosecond + u128::from(self.at_base);
         let from = u128::from(empty_at).max(now_units - u128::from(self.full()));
         let (last, held) = match now_units.checked_sub(from) {
             Some(held) => (now, held),
             None => {
                 let owed = from - now_units;
                 let wait = owed.div_ceil(per_nanosecond);
-                // `owed` is below 2^55 (the field's top), and so is `wait`: it fits. At
+                // `owed` is below 2^63 (the field's top), and so is `wait`: it fits. At
                 // that instant less than a nanosecond's worth is held, which at a fast
                 // rate can pass a small capacity: capped, as observing it would.
                 let held = (wait * per_nanosecond - owed).min(u128::from(self.full()));
