@@ -149,7 +149,7 @@
 //!
 //! - `rate.rs`: [`Rate`] and its text form; `clock.rs`: time as the limiters count it,
 //!   nanoseconds on tokio's clock; `sync/`: the locks and atomics (loom's under
-//!   `--cfg loom`, for `loom_tests.rs`) and the one statement of the lock order. They use
+//!   `--cfg loom`, for `loom_tests/`) and the one statement of the lock order. They use
 //!   nothing of the crate.
 //! - `error.rs`: every error, naming the values; it uses `rate.rs`.
 //! - `permits.rs`: the rule every request meets first; `quota.rs`: [`Policy`], [`Quota`]

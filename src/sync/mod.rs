@@ -5,7 +5,7 @@
 //!
 //! They are named here, once, so that a model checker can stand in for them: built with
 //! `RUSTFLAGS="--cfg loom"`, these are [loom](https://docs.rs/loom)'s versions, and the
-//! tests in `loom_tests.rs` explore every interleaving of the core's operations.
+//! tests in `loom_tests/` explore every interleaving of the core's operations.
 //! Otherwise they are the standard library's, at no cost.
 //!
 //! It uses nothing of the crate, and everything that locks uses it.
