@@ -23,8 +23,8 @@
 //! locked operation is under way. Every locked operation first *seizes* the word (sets
 //! the bit and turns the word into the ledger), and when it ends with nobody waiting and
 //! the bucket open it *publishes* the ledger back. A waiter is queued only after the word is
-//! seized, and seizing makes every compare-and-swap begun before it fail, so a taker on
-//! the fast path never passes a waiter.
+//! seized, and no compare-and-swap succeeds while the word is seized (each expects an
+//! open word), so a taker on the fast path never passes a waiter.
 //!
 //! # Why a taker is never fooled by a change of settings
 //!
@@ -34,10 +34,11 @@
 //! the settings changed in between and the word come back to the value the taker read,
 //! the swap would succeed on arithmetic done with the old settings. So the word's values
 //! never come back across a change: each set of settings (an *era*) counts its units from
-//! above the highest value the word has ever held, and every value of an era is at least
-//! a full bucket below its first instant's units, so above every value of every era
-//! before. A swap that succeeds found the word unchanged since it was read, so of the
-//! settings it was read with. This holds whatever happens and however long a taker
+//! above the highest value the word has ever held, and no value of an era is more than a
+//! full bucket below its first instant's units, so every one is above every value of
+//! every era before. (Within an era a value may come back, after a refund say: the
+//! settings are then the same, and the value is the whole state.) A swap that succeeds
+//! found the word unchanged since it was read, so of the settings it was read with. This holds whatever happens and however long a taker
 //! stalls: it is not a matter of luck, as a counter that wraps would be.
 //!
 //! The same fact keeps readers honest: one that reads the word, then the settings, then
@@ -48,14 +49,18 @@
 //!
 //! # The word's life
 //!
-//! Units never start again from a lower value, so a word has a life: 2<sup>63</sup> units,
-//! less a full bucket spent by each change of settings. At one unit a nanosecond (any
-//! rate whose amount divides its period's nanoseconds, such as 1,000/s) that is 292
-//! years; at 1,001/s (1,001 units a nanosecond) 106 days of being taken from. A word
-//! nobody took from for a while starts its next era low again: only the highest value
-//! it held counts. Once spent, the word stays seized and the lock serves the bucket, as
-//! exactly and a little slower. A rate so fast that its word would not last a second is
-//! left to the lock from the start.
+//! Values never start again from a lower one, and a take writes the units of its instant
+//! (less what the bucket holds), so the word has a life: the highest value it holds
+//! climbs `per_nanosecond` units a nanosecond while the bucket is taken from, and each
+//! change of settings spends up to a full bucket more. At one unit a nanosecond (any rate
+//! whose amount divides its period's nanoseconds, such as 1,000/s) 2<sup>63</sup> units
+//! last 292 years; at 1,001/s, 106 days; at 2<sup>30</sup> bytes a second (2<sup>21</sup>
+//! units a nanosecond), 73 minutes. A word past its horizon starts a new era from the
+//! highest value it held, which gives back the time nobody took from it; once less than
+//! a second of units is left above that value, the word is *spent*: it stays seized, and
+//! the lock serves the bucket for good, as exactly and a little slower (a byte throttle
+//! taking chunks of kilobytes hardly notices). A rate so fast that a word would last less
+//! than two seconds is left to the lock from the start.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
@@ -66,7 +71,7 @@ use crate::bucket::units::{Refusal, Units, WORD};
 use crate::error::TryTakeError;
 use crate::quota::Quota;
 use crate::rate::Rate;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicBool, AtomicU64};
 
 /// The state behind the lock is the authority; see the module's docs.
 const LOCKED: u64 = 1 << 63;
@@ -111,6 +116,9 @@ pub(crate) struct FastPath {
     rate_period: AtomicU64,
     /// The highest value the word has held: read and written by the lock's holder alone.
     highest: AtomicU64,
+    /// The word's life is spent (see the module's docs): it stays seized. The lock's
+    /// holder's alone.
+    spent: AtomicBool,
 }
 
 impl FastPath {
@@ -135,6 +143,7 @@ impl FastPath {
             rate_amount: AtomicU64::new(0),
             rate_period: AtomicU64::new(0),
             highest: AtomicU64::new(0),
+            spent: AtomicBool::new(false),
         }
     }
 
@@ -309,6 +318,9 @@ impl FastPath {
             self.word.load(Relaxed) & LOCKED != 0,
             "only the lock's holder publishes"
         );
+        if self.spent.load(Relaxed) {
+            return;
+        }
         let current = self.units();
         let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction(), WORD)
         else {
@@ -326,8 +338,9 @@ impl FastPath {
             // the word has held (see the module's docs).
             units.base = ledger.last();
             units.at_base = self.highest.load(Relaxed) + 1 + units.full();
-            if units.at(units.base).is_none() {
-                // The word's life is spent: the lock serves from now on.
+            if !units.lasts() {
+                // Spent: the lock serves from now on (see the module's docs).
+                self.spent.store(true, Relaxed);
                 return;
             }
             self.write_settings(&units, rate);
@@ -540,6 +553,11 @@ mod tests {
         let fast = FastPath::new(&ledger, rate, 10_000);
         assert_eq!(try_take(&fast, 1, 0), None);
         assert_eq!(fast.available(0), None);
+        // 400 at one an hour is 1.44e15 units, past 2^50 (1.13e15); 312 fit.
+        let fast = FastPath::new(&Ledger::new(400, 0), rate, 400);
+        assert_eq!(fast.available(0), None);
+        let fast = FastPath::new(&Ledger::new(312, 0), rate, 312);
+        assert_eq!(fast.available(0), Some(312));
         // A rate of more than 2^32 units a nanosecond would spend its word in less than
         // two seconds.
         let fast = FastPath::new(
@@ -570,11 +588,10 @@ mod tests {
         Rate::new(4_000_000_007, Duration::from_secs(1))
     }
 
-    /// A word taken from past its horizon hands the bucket to the lock, which starts a new
-    /// era from the highest value the word held, and every decision, by the word or by
-    /// the lock, is the ledger's.
+    /// A word taken from until it is spent hands the bucket to the lock for good, and
+    /// every decision, by the word or by the lock, is the ledger's.
     #[test]
-    fn past_its_horizon_the_word_hands_over_to_the_lock_and_back_exactly() {
+    fn a_busy_word_is_spent_and_the_lock_keeps_the_books_exactly() {
         let (rate, capacity) = (fast_units(), 100);
         let mut ledger = Ledger::new(capacity, 0);
         let fast = FastPath::new(&ledger, rate, capacity);
@@ -583,11 +600,13 @@ mod tests {
         while now < 5 * SECOND {
             now += 3 * SECOND / 10 + 13;
             let Some(decided) = try_take(&fast, capacity, now) else {
-                let held = fast.seize(now, rate).expect("open until now");
-                let mut expected = ledger.clone();
-                expected.advance(now, rate);
-                expected.cap(capacity);
-                assert_eq!(held, expected, "at {now}");
+                // Open until spent: what it held is the ledger's.
+                if let Some(held) = fast.seize(now, rate) {
+                    let mut expected = ledger.clone();
+                    expected.advance(now, rate);
+                    expected.cap(capacity);
+                    assert_eq!(held, expected, "at {now}");
+                }
                 assert_eq!(
                     ledger_try_take(&mut ledger, capacity, now, rate, capacity),
                     Ok(())
@@ -602,10 +621,11 @@ mod tests {
             );
             by_word += 1;
         }
-        // 0.3 s a step: 7 inside the first era's 2.3 s; after it, each era starts at a
-        // take's units, 1.2e18 below the horizon, and the next step is past it.
+        // 0.3 s a step: 7 inside the first era's 2.3 s. The last take's units, 8.4e18,
+        // leave 0.2 s of units below the horizon: too little for a new era.
         assert_eq!((by_word, by_lock), (7, 10));
-        assert_eq!(fast.available(now), Some(0), "open again");
+        assert_eq!(fast.available(now), None, "spent");
+        assert!(fast.spent.load(Relaxed));
         assert_eq!(
             fast.counters.read(&Tally::default()).taken,
             by_word * capacity
@@ -623,6 +643,9 @@ mod tests {
         fast.publish(&ledger, Rate::per_second(20), capacity);
         assert_eq!(fast.available(0), None);
         assert_eq!(fast.seize(0, rate), None, "still seized");
+        // Back to the settings of the last era it held: still spent.
+        fast.publish(&ledger, rate, capacity);
+        assert_eq!(fast.available(0), None);
         // The same settings keep their era, which holds whatever the highest value.
         let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
         let ledger = fast.seize(0, rate).expect("open");
@@ -675,5 +698,32 @@ mod tests {
             );
         }
         assert_eq!(fast.available(0), Some(5));
+    }
+
+    /// Takers raise the word between changes; each new era still begins above every
+    /// value the word held, the takers' included (the seize reads them).
+    #[test]
+    fn each_era_begins_above_every_value_the_takers_wrote() {
+        let rates = [Rate::per_second(10), Rate::per_second(20)];
+        let fast = FastPath::new(&Ledger::new(5, 0), rates[0], 5);
+        let stale = fast.see().expect("open");
+        let mut highest = stale.empty_at();
+        for change in 0..64usize {
+            let now = change as u64 * SECOND / 10;
+            for _ in 0..3 {
+                if try_take(&fast, 1, now) == Some(Ok(())) {
+                    highest = highest.max(fast.see().expect("open").empty_at());
+                }
+            }
+            let ledger = fast.seize(now, rates[change % 2]).expect("open");
+            fast.publish(&ledger, rates[(change + 1) % 2], 5);
+            let first = fast.see().expect("open").empty_at();
+            assert!(
+                first > highest,
+                "era {change} begins at {first}, not above {highest}"
+            );
+            highest = first;
+            assert!(!fast.swap(&stale, stale.empty_at() + 1));
+        }
     }
 }

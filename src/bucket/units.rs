@@ -45,11 +45,12 @@ pub(crate) struct Span {
 /// lower value (see `fast.rs`), so its horizon is the word's whole life.
 pub(crate) const WORD: Span = Span {
     horizon: WORD_HORIZON,
-    // A full bucket of up to 2^50 units: each change of settings spends one (see
-    // `fast.rs`), so a word lives through at least 2^12 changes while it is taken from.
+    // A full bucket of up to 2^50 units: each change of settings spends up to one more
+    // (see `fast.rs`), 1/8,190 of the word's life.
     max_full: 1 << 50,
     // A second: a bucket whose units run so fast that its word would last less than
-    // two is left to the lock from the start.
+    // two is left to the lock from the start, and an era that would last less than one
+    // is not begun.
     min_base_lifetime: 1_000_000_000,
 };
 
@@ -110,6 +111,13 @@ impl Units {
         };
         let lifetime = (span.horizon / 2) / units.per_nanosecond;
         (full <= span.max_full && lifetime >= span.min_base_lifetime).then_some(units)
+    }
+
+    /// Whether units from the base on stay inside the horizon for at least the span's
+    /// `min_base_lifetime`.
+    pub(crate) fn lasts(&self) -> bool {
+        let left = self.span.horizon.saturating_sub(self.at_base);
+        left / self.per_nanosecond >= self.span.min_base_lifetime
     }
 
     /// A full bucket, in units.
