@@ -37,9 +37,18 @@ const SECOND: u64 = 1_000_000_000;
 /// Runs `test` under loom with the clock at 0 at the start of every interleaving, and
 /// prints how many interleavings were explored.
 fn model(test: impl Fn() + Sync + Send + 'static) {
+    model_bounded(None, test);
+}
+
+/// [`model`], exploring only the interleavings with at most `preemptions` forced
+/// switches between threads, when given: for a model whose every interleaving takes
+/// minutes, and whose failures show within the bound.
+fn model_bounded(preemptions: Option<usize>, test: impl Fn() + Sync + Send + 'static) {
     let explored = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&explored);
-    loom::model(move || {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = preemptions.or(builder.preemption_bound);
+    builder.check(move || {
         counter.fetch_add(1, Ordering::Relaxed);
         let _clock = ModelClock::install();
         test();
@@ -472,6 +481,26 @@ fn loom_refund_racing_fast_takers_keeps_the_books() {
         assert!(taken >= 1, "the initial token was there for the first try");
         assert_eq!(stats.taken, taken);
         assert_eq!(stats.available + taken, 2, "{stats:?}");
+    });
+}
+
+/// A reader on the fast path racing a change of settings reads the word and the settings
+/// of one era: the capacity with the tokens it goes with. (Mixing the word of the old era
+/// with the units of the new one would read 2 tokens where 1 is held.)
+#[test]
+fn loom_a_reader_racing_a_capacity_change_reads_one_era() {
+    // Every interleaving is 1.7 million; the mixed read shows with two preemptions.
+    model_bounded(Some(2), || {
+        let bucket = bucket(4, 1);
+        // The word alone: the lock's answers are of one era by the lock.
+        let reader = on_thread(&bucket, |bucket| {
+            bucket.shared().fast.settings_and_tokens(0)
+        });
+        bucket.set_capacity(2).unwrap();
+        if let Some((_, capacity, available)) = reader.join().unwrap() {
+            let read = (capacity, available);
+            assert!(read == (4, 1) || read == (2, 1), "{read:?}");
+        }
     });
 }
 
