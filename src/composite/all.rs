@@ -128,7 +128,8 @@ impl<M: Members> All<M> {
     /// [`ExceedsLimit`](crate::AcquireError::ExceedsLimit) with that member's limit, a
     /// bucket's [`QueueFull`](crate::AcquireError::QueueFull) (at once), or
     /// [`Closed`](crate::AcquireError::Closed) (at once, or when a bucket closes while it
-    /// waits); [`AcquireAllError::NoRuntime`] when it must wait outside a tokio runtime;
+    /// waits) or [`RefillFailed`](crate::AcquireError::RefillFailed) (a bucket's refill
+    /// task panicked while it waited); [`AcquireAllError::NoRuntime`] when it must wait outside a tokio runtime;
     /// [`AcquireAllError::Config`] for a key member (see
     /// [`Keyed::member`](crate::Keyed::member)) whose whole limiter, made to wait, is
     /// another member too or plays the other part.

@@ -12,7 +12,6 @@ use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused};
 use crate::error::{ConfigError, TryAcquireAllError, TryAcquireError};
-use crate::limiter::try_acquire_error;
 use crate::window::WindowHeld;
 
 /// One member's state, held.
@@ -135,7 +134,9 @@ pub(crate) fn try_parts(
         let verdict = match &mut member.held {
             Held::Bucket(state) => {
                 let now = state.clock_at(moment);
-                let verdict = state.check_take(permits, now).map_err(try_acquire_error);
+                let verdict = state
+                    .check_take(permits, now)
+                    .map_err(TryAcquireError::from);
                 if let (Err(refusal), true) = (verdict, count_denials) {
                     state.note_denied();
                     let retry_after = match refusal {

@@ -17,15 +17,14 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
-use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
+use crate::bucket::queue::{Kind, Request, WaiterId};
 use crate::bucket::state::{Leaving, Standing};
 use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_seen, Hooks, Indexed, Part};
-use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
-use crate::limiter::acquire_error;
+use crate::error::{AcquireAllError, AcquireError, TakeError, TryAcquireAllError, TryAcquireError};
 use crate::permits::screen;
 use crate::window::turnstile::Queued;
 
@@ -112,14 +111,15 @@ fn waiting_on<'a>(
     Ok(parts)
 }
 
-/// A member's refusal of a `try_acquire`, as its `acquire` says it.
+/// A member's refusal for good of a `try_acquire`, as its `acquire` says it. Not a
+/// public `From`: `Limited` has no `acquire` word, and it never comes here, as both
+/// callers pass on only refusals for good (a member's `Limited` is a reason to wait).
 fn refusal(error: TryAcquireError) -> AcquireError {
     match error {
         TryAcquireError::ExceedsLimit { requested, limit } => {
             AcquireError::ExceedsLimit { requested, limit }
         }
         TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
-        // Limited is never a member's own refusal; a close is the only one left.
         _ => AcquireError::Closed,
     }
 }
@@ -181,7 +181,7 @@ fn join<'a>(
                 state
                     .admit_hold(permits, now)
                     .and_then(|()| state.ensure_refill())
-                    .map_err(acquire_error)
+                    .map_err(AcquireError::from)
             }
             (Part::Window(window), _) => screen(permits, window.limit())
                 .map(drop)
@@ -293,9 +293,13 @@ impl<'a> Places<'a> {
                             Standing::Behind => ready = false,
                             Standing::Left(outcome) => {
                                 *left = true;
+                                // Only the composite grants a hold: it left refused.
+                                let error = Result::<(), TakeError>::from(outcome)
+                                    .err()
+                                    .unwrap_or(TakeError::Closed);
                                 return Poll::Ready(Err(AcquireAllError::Member {
                                     member: member.member,
-                                    error: left_because(outcome),
+                                    error: error.into(),
                                 }));
                             }
                         }
@@ -350,17 +354,6 @@ impl<'a> Places<'a> {
             if sleep.as_mut().poll(context).is_pending() {
                 return Poll::Pending;
             }
-        }
-    }
-}
-
-/// Why a bucket took a hold out of its queue.
-fn left_because(outcome: Outcome) -> AcquireError {
-    match outcome {
-        Outcome::TooLarge(too_large) => too_large.into(),
-        // A hold has no deadline and is never granted by the bucket: a close is left.
-        Outcome::Closed | Outcome::RefillFailed | Outcome::TimedOut | Outcome::Granted => {
-            AcquireError::Closed
         }
     }
 }

@@ -649,7 +649,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// (see [the memory bound](Keyed#the-memory-bound)). Otherwise the
     /// errors of the key's limiter's [`acquire`](Limiter::acquire):
     /// [`AcquireError::ExceedsLimit`], [`AcquireError::NoRuntime`], and a bucket's
-    /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
+    /// [`AcquireError::QueueFull`], [`AcquireError::Closed`] and
+    /// [`AcquireError::RefillFailed`].
     ///
     /// # Panics
     ///
