@@ -11,11 +11,12 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::member::as_member;
-use super::{step, Keyed, Step};
 use crate::composite::all;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::keyed::compact::Compact;
+use crate::keyed::handle::Keyed;
+use crate::keyed::member::as_member;
+use crate::keyed::slots::{step, Step};
 use crate::limiter::{KeyTemplate, Limiter};
 use crate::quota::{Decision, Quota};
 

@@ -8,10 +8,11 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
-use super::{step, Keyed, Step};
 use crate::bucket::TokenBucket;
 use crate::composite::{KeyHook, KeyTry, Member, Part, Piece, Refusals, Sealed};
 use crate::error::TryAcquireError;
+use crate::keyed::handle::Keyed;
+use crate::keyed::slots::{step, Step};
 use crate::limiter::KeyTemplate;
 use crate::sync::Identity;
 use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
