@@ -1,6 +1,5 @@
 //! [`all`] and [`All`], the public face of a composite.
 
-use std::fmt;
 use std::future::Future;
 
 use crate::composite::few::Few;
@@ -43,8 +42,9 @@ use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireE
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct All<M> {
-    pub(super) members: M,
+    members: M,
 }
 
 /// A composite of `members`: a tuple of two or three [`Member`](crate::Member)s, or an
@@ -205,13 +205,5 @@ impl<M: Members> All<M> {
     /// ```
     pub fn members(&self) -> &M {
         &self.members
-    }
-}
-
-impl<M: fmt::Debug> fmt::Debug for All<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("All")
-            .field("members", &self.members)
-            .finish()
     }
 }

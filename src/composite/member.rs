@@ -384,29 +384,19 @@ impl<'a> Indexed<'a> {
     }
 }
 
-/// The checks made as a composite is made over `seen`: at least one member, none twice
-/// (see [`check_distinct`]), and each given its part for good (see [`claim_roles`]).
+/// The checks made as a composite is made over `seen` (each group in lock order, so that
+/// one limiter given twice comes twice in a row): at least one member, no limiter (or
+/// `Keyed`) twice, and each given its part for good (see [`claim_roles`]).
 pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
-    check_distinct(seen.iter().copied())?;
+    let mut pairs = seen.iter().zip(seen.iter().skip(1));
+    if let Some((one, other)) = pairs.find(|(one, other)| one.order == other.order) {
+        let (first, second) = (one.member.min(other.member), one.member.max(other.member));
+        return Err(ConfigError::RepeatedMember { first, second });
+    }
+    if seen.iter().next().is_none() {
+        return Err(ConfigError::NoMembers);
+    }
     claim_roles(&seen, leader)
-}
-
-/// `Ok` when `members` (each group in lock order, so that one limiter given twice comes
-/// twice in a row) holds at least one member, and no limiter (or `Keyed`) twice.
-fn check_distinct<'a>(members: impl IntoIterator<Item = Seen<'a>>) -> Result<(), ConfigError> {
-    let mut previous: Option<Seen<'a>> = None;
-    for seen in members {
-        if let Some(previous) = previous.filter(|previous| previous.order == seen.order) {
-            let first = previous.member.min(seen.member);
-            let second = previous.member.max(seen.member);
-            return Err(ConfigError::RepeatedMember { first, second });
-        }
-        previous = Some(seen);
-    }
-    match previous {
-        Some(_) => Ok(()),
-        None => Err(ConfigError::NoMembers),
-    }
 }
 
 /// Gives each of `members` its part in composites for good: the member at position

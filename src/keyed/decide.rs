@@ -11,7 +11,6 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::error::{AcquireError, TooManyKeys, TryAcquireError};
 use crate::keyed::handle::Keyed;
-use crate::keyed::shard::{At, Slot};
 use crate::keyed::slots::{on_word, step, Step};
 use crate::limiter::KeyTemplate;
 use crate::observe::{Class, KeyedObserver};
@@ -279,50 +278,41 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         // Nothing is looked at before the first poll, so that a future dropped unpolled
         // takes nothing.
         async move {
+            let inner = &held.keyed.inner;
+            // Served on the key's word when its permits are there, or refused there when
+            // they never could be; else it waits in the whole limiter's line, made from
+            // the word if need be.
             let step = held
                 .keyed
-                .with_slot(hash, held.key.borrow(), |slot, at| {
-                    acquire_step(slot, at, permits)
-                })
-                .map_err(AcquireError::from);
-            let observer = &held.keyed.inner.observer;
+                .with_slot(hash, held.key.borrow(), |mut slot, at| {
+                    let decided = on_word(&mut slot, at, |compact, word, reading| {
+                        compact.try_acquire_word(word, permits, reading)
+                    });
+                    match decided {
+                        Some(Ok(())) => Step::Decided(Ok(())),
+                        Some(Err(TryAcquireError::ExceedsLimit { requested, limit })) => {
+                            Step::Decided(Err(AcquireError::ExceedsLimit { requested, limit }))
+                        }
+                        // Limited (a word refuses nothing else): the whole limiter's line
+                        // decides when.
+                        Some(Err(_)) | None => Step::Call(slot.whole(at)),
+                    }
+                });
+            let observer = &inner.observer;
             let (result, class) = match step {
                 Ok((Step::Decided(result), class)) => (result, class),
-                Err(refused) => (Err(refused), observer.class_of(&held.key)),
+                Err(refused) => (Err(refused.into()), observer.class_of(&held.key)),
                 Ok((Step::Call(limiter), class)) => {
                     let acquire = held.limiter.insert(limiter).acquire(permits);
-                    let inner = &held.keyed.inner;
-                    if inner.observer.name().is_none() {
+                    if observer.name().is_none() {
                         return acquire.await;
                     }
-                    let observer = &inner.observer;
                     return watched(&inner.clock, observer, class, permits, acquire).await;
                 }
             };
             observer.acquired(permits, class, &result, None);
             result
         }
-    }
-}
-
-/// `acquire`'s first poll on a key's slot: served on its word when it is one (or folds
-/// into one now) and the permits are there, or refused there when they never could be;
-/// else to wait in its whole limiter's line, made from the word if need be.
-fn acquire_step<L: KeyTemplate>(
-    mut slot: Slot<'_, L>,
-    at: Option<&At<'_, L>>,
-    permits: u64,
-) -> Step<L, Result<(), AcquireError>> {
-    let decided = on_word(&mut slot, at, |compact, word, reading| {
-        compact.try_acquire_word(word, permits, reading)
-    });
-    match decided {
-        Some(Ok(())) => Step::Decided(Ok(())),
-        Some(Err(TryAcquireError::ExceedsLimit { requested, limit })) => {
-            Step::Decided(Err(AcquireError::ExceedsLimit { requested, limit }))
-        }
-        // Limited (a word refuses nothing else): the whole limiter's line decides when.
-        Some(Err(_)) | None => Step::Call(slot.whole(at)),
     }
 }
 

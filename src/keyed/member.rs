@@ -232,16 +232,11 @@ impl<K: Hash + Eq + fmt::Debug, L: KeyTemplate> fmt::Debug for KeyMember<'_, K, 
 
 /// `limiter` as a member of a composite, when it is one of the crate's limiters.
 pub(super) fn as_member(limiter: &dyn Any) -> Option<&dyn Member> {
-    if let Some(bucket) = limiter.downcast_ref::<TokenBucket>() {
-        return Some(bucket);
+    fn cast<M: Member + 'static>(limiter: &dyn Any) -> Option<&dyn Member> {
+        Some(limiter.downcast_ref::<M>()?)
     }
-    if let Some(window) = limiter.downcast_ref::<FixedWindow>() {
-        return Some(window);
-    }
-    if let Some(log) = limiter.downcast_ref::<SlidingLog>() {
-        return Some(log);
-    }
-    limiter
-        .downcast_ref::<SlidingWindow>()
-        .map(|wheel| wheel as &dyn Member)
+    (cast::<TokenBucket>(limiter))
+        .or_else(|| cast::<FixedWindow>(limiter))
+        .or_else(|| cast::<SlidingLog>(limiter))
+        .or_else(|| cast::<SlidingWindow>(limiter))
 }

@@ -182,8 +182,9 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         Some(visit(slot, at.as_ref()))
     }
 
-    /// Adds `key`, new, to `shard` (sweeping it first if it is due), and returns where its
-    /// words are read now; `None` when there is no room for it.
+    /// Adds `key`, new, to `shard` (sweeping it first if it is due), counting one more key
+    /// unless that would pass `max_keys`, and returns where its words are read now; `None`
+    /// when there is no room for it.
     #[cold]
     fn add<Q>(&self, shard: &mut Shard<K, L>, hash: u64, key: &Q) -> Option<Option<At<'_, L>>>
     where
@@ -193,31 +194,22 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         if shard.len() >= shard.sweep_at {
             self.sweep(shard);
         }
-        let reservation = self.reserve_key()?;
+        let bound = self.inner.max_keys.unwrap_or(usize::MAX);
+        // A compare-and-swap, so that racing threads can never pass the bound together.
+        let keys = &self.inner.keys;
+        let counted = keys.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |keys| {
+            (keys < bound).then_some(keys + 1)
+        });
+        let reservation = counted.ok().map(|_| Reservation(keys))?;
         let at = shard.at(self.inner.compact.as_deref());
         let fresh = match &at {
             Some(at) => Ok(at.compact.idle_word(at.now)),
             None => Err(Arc::new(self.inner.template.fresh())),
         };
         shard.insert(hash, key.to_owned(), fresh, &self.inner.hasher);
-        reservation.keep();
+        // Added: the key stays counted.
+        std::mem::forget(reservation);
         Some(at)
-    }
-
-    /// Counts one more key, unless that would pass `max_keys`.
-    fn reserve_key(&self) -> Option<Reservation<'_>> {
-        let bound = self.inner.max_keys.unwrap_or(usize::MAX);
-        // A compare-and-swap, so that racing threads can never pass the bound together.
-        self.inner
-            .keys
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |keys| {
-                (keys < bound).then_some(keys + 1)
-            })
-            .ok()
-            .map(|_| Reservation {
-                keys: &self.inner.keys,
-                kept: false,
-            })
     }
 
     /// Forgets the idle keys of every shard, unless a sweep for room already runs or the
@@ -329,21 +321,10 @@ pub(super) fn on_word<L: KeyTemplate, D>(
 }
 
 /// A key counted before its limiter is made; uncounted again if making it panics.
-struct Reservation<'a> {
-    keys: &'a AtomicUsize,
-    kept: bool,
-}
-
-impl Reservation<'_> {
-    fn keep(mut self) {
-        self.kept = true;
-    }
-}
+struct Reservation<'a>(&'a AtomicUsize);
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        if !self.kept {
-            self.keys.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
