@@ -134,16 +134,10 @@ pub(crate) fn try_parts(
         let verdict = match &mut member.held {
             Held::Bucket(state) => {
                 let now = state.clock_at(moment);
-                let verdict = state
-                    .check_take(permits, now)
-                    .map_err(TryAcquireError::from);
+                let verdict = state.check_take(permits, now).map_err(Into::into);
                 if let (Err(refusal), true) = (verdict, count_denials) {
                     state.note_denied();
-                    let retry_after = match refusal {
-                        TryAcquireError::Limited { retry_after } => Some(retry_after),
-                        _ => None,
-                    };
-                    state.observer().refused(permits, retry_after);
+                    state.observer().refused(permits, retry_after(refusal));
                 }
                 verdict
             }
@@ -183,23 +177,24 @@ fn summary(refused: &Refused) -> TryAcquireAllError {
             return TryAcquireAllError::Config(ConfigError::RepeatedMember { first, second })
         }
     };
-    let mut refused: Option<(usize, TryAcquireError)> = None;
-    let mut retry_after = Duration::ZERO;
-    for &(member, error) in refusals.iter() {
-        match error {
-            TryAcquireError::Limited { retry_after: wait } => {
-                retry_after = retry_after.max(wait);
-            }
-            error => {
-                if refused.map_or(true, |(first, _)| member < first) {
-                    refused = Some((member, error));
-                }
-            }
+    let for_good = refusals
+        .iter()
+        .filter(|(_, error)| retry_after(*error).is_none());
+    match for_good.min_by_key(|(member, _)| *member) {
+        Some(&(member, error)) => TryAcquireAllError::Member { member, error },
+        None => {
+            let waits = refusals.iter().filter_map(|(_, error)| retry_after(*error));
+            let retry_after = waits.max().unwrap_or_default();
+            TryAcquireAllError::Limited { retry_after }
         }
     }
-    match refused {
-        Some((member, error)) => TryAcquireAllError::Member { member, error },
-        None => TryAcquireAllError::Limited { retry_after },
+}
+
+/// How long a refusal for now says to wait; `None` for a refusal for good.
+fn retry_after(error: TryAcquireError) -> Option<Duration> {
+    match error {
+        TryAcquireError::Limited { retry_after } => Some(retry_after),
+        _ => None,
     }
 }
 

@@ -109,19 +109,16 @@ pub struct Hooks<'a> {
 impl<'a> Hooks<'a> {
     /// `pieces`, given in this order, sorted into lock order.
     fn of(pieces: impl IntoIterator<Item = Piece<'a>>) -> Hooks<'a> {
-        let mut hooks = Hooks {
-            parts: Few::new(),
-            keys: Few::new(),
-        };
+        let (mut parts, mut keys) = (Few::new(), Few::new());
         for (member, piece) in pieces.into_iter().enumerate() {
             match piece {
-                Piece::Part(part) => hooks.parts.push(Indexed { member, part }),
-                Piece::Key(key) => hooks.keys.push(IndexedKey { member, key }),
+                Piece::Part(part) => parts.push(Indexed { member, part }),
+                Piece::Key(key) => keys.push(IndexedKey { member, key }),
             }
         }
-        hooks.parts.sort_by_key(Indexed::lock_order);
-        hooks.keys.sort_by_key(|indexed| indexed.key.identity());
-        hooks
+        parts.sort_by_key(Indexed::lock_order);
+        keys.sort_by_key(|indexed| indexed.key.identity());
+        Hooks { parts, keys }
     }
 
     /// Checks the members as a composite is made: at least one, none twice, and each
@@ -193,21 +190,20 @@ macro_rules! window_members {
 
 window_members!(FixedWindow, SlidingLog, SlidingWindow);
 
-impl<M: Member + ?Sized> Sealed for &M {
-    fn part(&self) -> Hook<'_> {
-        (**self).part()
-    }
+/// A reference to a member, or an `Arc` of one, is that member.
+macro_rules! pointer_members {
+    ($($pointer:ty),+) => {$(
+        impl<M: Member + ?Sized> Sealed for $pointer {
+            fn part(&self) -> Hook<'_> {
+                (**self).part()
+            }
+        }
+
+        impl<M: Member + ?Sized> Member for $pointer {}
+    )+};
 }
 
-impl<M: Member + ?Sized> Member for &M {}
-
-impl<M: Member + ?Sized> Sealed for Arc<M> {
-    fn part(&self) -> Hook<'_> {
-        (**self).part()
-    }
-}
-
-impl<M: Member + ?Sized> Member for Arc<M> {}
+pointer_members!(&M, Arc<M>);
 
 /// A member, as the composite sees it: a bucket holds a composite's place in its own
 /// queue; a window limiter, in its line.

@@ -26,7 +26,9 @@ use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_seen, Hooks, Indexed, Part};
 use crate::error::{AcquireAllError, AcquireError, TakeError, TryAcquireAllError, TryAcquireError};
 use crate::permits::screen;
-use crate::window::turnstile::Queued;
+use crate::sync::MutexGuard;
+use crate::window::turnstile::{Line, Queued};
+use crate::window::Window;
 
 /// How a composite waits for its members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,31 +164,30 @@ fn join<'a>(
     context: &mut Context<'_>,
 ) -> Result<Places<'a>, AcquireAllError> {
     enum Joining<'a> {
-        Bucket(crate::bucket::HeldBucket<'a>),
-        Window(crate::sync::MutexGuard<'a, crate::window::turnstile::Line>),
+        Bucket(&'a TokenBucket, crate::bucket::HeldBucket<'a>),
+        Window(&'a dyn Window, MutexGuard<'a, Line>),
     }
     let moment = Moment::now();
     let mut locked: Few<Joining<'a>> = Few::new();
     for indexed in parts.iter() {
         locked.push(match indexed.part {
-            Part::Bucket(bucket) => Joining::Bucket(bucket.hold_lock(moment)),
-            Part::Window(window) => Joining::Window(window.turnstile().line()),
+            Part::Bucket(bucket) => Joining::Bucket(bucket, bucket.hold_lock(moment)),
+            Part::Window(window) => Joining::Window(window, window.turnstile().line()),
         });
     }
     let mut refused: Option<(usize, AcquireError)> = None;
     for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
-        let verdict = match (indexed.part, joining) {
-            (Part::Bucket(_), Joining::Bucket(state)) => {
+        let verdict = match joining {
+            Joining::Bucket(_, state) => {
                 let now = state.clock_at(moment);
                 state
                     .admit_hold(permits, now)
                     .and_then(|()| state.ensure_refill())
                     .map_err(AcquireError::from)
             }
-            (Part::Window(window), _) => screen(permits, window.limit())
+            Joining::Window(window, _) => screen(permits, window.limit())
                 .map(drop)
                 .map_err(AcquireError::from),
-            _ => unreachable!("each member is locked as its kind"),
         };
         if let Err(error) = verdict {
             if refused.map_or(true, |(first, _)| indexed.member < first) {
@@ -200,28 +201,24 @@ fn join<'a>(
             error => AcquireAllError::Member { member, error },
         });
     }
-    let mut places = Places {
-        places: Few::new(),
+    let places = locked.iter_mut().map(|joining| match joining {
+        Joining::Bucket(bucket, state) => Place::Bucket {
+            bucket,
+            id: state.enqueue(hold(permits), context.waker().clone()),
+            left: false,
+        },
+        Joining::Window(window, line) => Place::Window(Queued::join(
+            window.turnstile(),
+            line,
+            window.clock(),
+            permits,
+            context,
+        )),
+    });
+    Ok(Places {
+        places: places.collect(),
         permits,
-    };
-    for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
-        places.places.push(match (indexed.part, joining) {
-            (Part::Bucket(bucket), Joining::Bucket(state)) => Place::Bucket {
-                bucket,
-                id: state.enqueue(hold(permits), context.waker().clone()),
-                left: false,
-            },
-            (Part::Window(window), Joining::Window(line)) => Place::Window(Queued::join(
-                window.turnstile(),
-                line,
-                window.clock(),
-                permits,
-                context,
-            )),
-            _ => unreachable!("each member is locked as its kind"),
-        });
-    }
-    Ok(places)
+    })
 }
 
 /// What [`Places::poll_decide`] does once every member it waits on would admit it.
