@@ -595,6 +595,21 @@ impl fmt::Display for AcquireError {
 
 impl Error for AcquireError {}
 
+/// A `try_acquire` refusal for good (`ExceedsLimit`, `TooManyKeys`, `Closed`), as
+/// `acquire` says it: what a composite or a `Keyed` reports when a member or a key's word
+/// refuses a request that would wait. Not a public `From`: `Limited` has no `acquire`
+/// word, and never comes here, as every caller passes on only refusals for good (a
+/// `Limited` is a reason to wait).
+pub(crate) fn for_good(error: TryAcquireError) -> AcquireError {
+    match error {
+        TryAcquireError::ExceedsLimit { requested, limit } => {
+            AcquireError::ExceedsLimit { requested, limit }
+        }
+        TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
+        TryAcquireError::Limited { .. } | TryAcquireError::Closed => AcquireError::Closed,
+    }
+}
+
 /// A bucket's [`try_take`](crate::TokenBucket::try_take) refusal in the words of
 /// [`Limiter::try_acquire`](crate::Limiter::try_acquire), as a bucket's `try_acquire`
 /// says it. Nothing is lost: `Insufficient` is `Limited` with the same `retry_after`,

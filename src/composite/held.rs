@@ -81,16 +81,13 @@ fn try_keys<'k, 'a: 'k>(
     };
     let mut rest = |commit| try_keys(keys.clone(), parts, permits, count_denials, commit);
     let refused = |error, others: Refusals| {
-        let mut refusals: Few<(usize, TryAcquireError)> = Few::new();
-        refusals.push((indexed.member, error));
-        match others {
-            Ok(()) => {}
-            Err(Refused::Members(others)) => {
-                others.into_iter().for_each(|other| refusals.push(other))
-            }
+        let others = match others {
+            Ok(()) => Few::new(),
+            Err(Refused::Members(others)) => others,
             Err(repeated) => return Err(repeated),
-        }
-        Err(Refused::Members(refusals))
+        };
+        let refusals = std::iter::once((indexed.member, error)).chain(others);
+        Err(Refused::Members(refusals.collect()))
     };
     match indexed.key.try_with(permits, commit, &mut rest) {
         KeyTry::Refused(error, others) => refused(error, others),

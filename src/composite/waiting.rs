@@ -24,7 +24,9 @@ use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_seen, Hooks, Indexed, Part};
-use crate::error::{AcquireAllError, AcquireError, TakeError, TryAcquireAllError, TryAcquireError};
+use crate::error::{
+    for_good, AcquireAllError, AcquireError, TakeError, TryAcquireAllError, TryAcquireError,
+};
 use crate::permits::screen;
 use crate::sync::MutexGuard;
 use crate::window::turnstile::{Line, Queued};
@@ -48,12 +50,7 @@ pub(crate) async fn acquire_all(
 ) -> Result<(), AcquireAllError> {
     match try_all(&hooks, permits, false) {
         Ok(()) => return Ok(()),
-        Err(TryAcquireAllError::Member { member, error }) => {
-            return Err(AcquireAllError::Member {
-                member,
-                error: refusal(error),
-            })
-        }
+        Err(TryAcquireAllError::Member { member, error }) => return Err(refused(member, error)),
         Err(TryAcquireAllError::Config(error)) => return Err(AcquireAllError::Config(error)),
         Err(TryAcquireAllError::Limited { .. }) => {}
     }
@@ -102,10 +99,7 @@ fn waiting_on<'a>(
 ) -> Result<Few<Indexed<'a>>, AcquireAllError> {
     let parts = hooks
         .whole(wanted)
-        .map_err(|(member, error)| AcquireAllError::Member {
-            member,
-            error: refusal(error),
-        })?;
+        .map_err(|(member, error)| refused(member, error))?;
     if hooks.keys.iter().next().is_some() {
         let leader = (order == Order::InTurn).then_some(0);
         check_seen(parts.iter().map(Indexed::seen).collect(), leader)?;
@@ -113,17 +107,11 @@ fn waiting_on<'a>(
     Ok(parts)
 }
 
-/// A member's refusal for good of a `try_acquire`, as its `acquire` says it. Not a
-/// public `From`: `Limited` has no `acquire` word, and it never comes here, as both
-/// callers pass on only refusals for good (a member's `Limited` is a reason to wait).
-fn refusal(error: TryAcquireError) -> AcquireError {
-    match error {
-        TryAcquireError::ExceedsLimit { requested, limit } => {
-            AcquireError::ExceedsLimit { requested, limit }
-        }
-        TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
-        _ => AcquireError::Closed,
-    }
+/// Member `member`'s refusal for good of a `try_acquire`, as the composite's `acquire`
+/// says it.
+fn refused(member: usize, error: TryAcquireError) -> AcquireAllError {
+    let error = for_good(error);
+    AcquireAllError::Member { member, error }
 }
 
 /// What a bucket's line holds for a composite asking for `permits`.
@@ -334,20 +322,12 @@ impl<'a> Places<'a> {
                 return Poll::Ready(Ok(()));
             }
             drop(held);
-            let Some(deadline) = latest else {
+            // No timer under loom: the model moves the clock and polls again.
+            let Some(deadline) = latest.filter(|_| !cfg!(loom)) else {
                 return Poll::Pending;
             };
-            if cfg!(loom) {
-                // No timer under loom: the model moves the clock and polls again.
-                return Poll::Pending;
-            }
-            let sleep = match sleep {
-                Some(sleep) => {
-                    sleep.as_mut().reset(deadline);
-                    sleep
-                }
-                None => sleep.insert(Box::pin(tokio::time::sleep_until(deadline))),
-            };
+            let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            sleep.as_mut().reset(deadline);
             if sleep.as_mut().poll(context).is_pending() {
                 return Poll::Pending;
             }

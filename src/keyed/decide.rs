@@ -9,7 +9,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::error::{AcquireError, TooManyKeys, TryAcquireError};
+use crate::error::{for_good, AcquireError, TooManyKeys, TryAcquireError};
 use crate::keyed::handle::Keyed;
 use crate::keyed::slots::{on_word, step, Step};
 use crate::limiter::KeyTemplate;
@@ -290,8 +290,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
                     });
                     match decided {
                         Some(Ok(())) => Step::Decided(Ok(())),
-                        Some(Err(TryAcquireError::ExceedsLimit { requested, limit })) => {
-                            Step::Decided(Err(AcquireError::ExceedsLimit { requested, limit }))
+                        Some(Err(error @ TryAcquireError::ExceedsLimit { .. })) => {
+                            Step::Decided(Err(for_good(error)))
                         }
                         // Limited (a word refuses nothing else): the whole limiter's line
                         // decides when.
