@@ -316,15 +316,6 @@ pub trait SealedMembers {
     fn parts(&self) -> Hooks<'_>;
 }
 
-impl Indexed<'_> {
-    /// The global lock order: buckets first, then window limiters, each by identity
-    /// (the whole order, with each window limiter's own locks and the shards of keys
-    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
-    pub(crate) fn lock_order(&self) -> (bool, usize) {
-        (matches!(self.part, Part::Window(_)), self.part.identity())
-    }
-}
-
 /// `Members` for tuples of members of any kinds.
 macro_rules! tuple_members {
     ($(($($member:ident . $field:tt),+)),+) => {$(
@@ -371,6 +362,13 @@ pub(crate) struct Seen<'a> {
 }
 
 impl<'a> Indexed<'a> {
+    /// The global lock order: buckets first, then window limiters, each by identity
+    /// (the whole order, with each window limiter's own locks and the shards of keys
+    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
+    pub(crate) fn lock_order(&self) -> (bool, usize) {
+        (matches!(self.part, Part::Window(_)), self.part.identity())
+    }
+
     pub(crate) fn seen(&self) -> Seen<'a> {
         Seen {
             member: self.member,

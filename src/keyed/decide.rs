@@ -16,7 +16,7 @@ use crate::limiter::KeyTemplate;
 use crate::observe::{Class, KeyedObserver};
 use crate::quota::Decision;
 
-impl<K, L> Keyed<K, L> {
+impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// Reports the new `key` wanting `permits` refused for want of room, and returns the
     /// refusal.
     #[cold]
@@ -33,9 +33,7 @@ impl<K, L> Keyed<K, L> {
         observer.too_many_keys(permits, class);
         refusal.into()
     }
-}
 
-impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// Acquires `permits` for `key` now if its limiter allows; never waits. A key seen for
     /// the first time gets a fresh limiter. Needs no runtime. A key held as a word is
     /// answered on its word; a whole limiter that may be a word again is folded first
@@ -95,10 +93,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
             Step::Decided(result) => result,
             Step::Call(limiter) => limiter.try_acquire(permits),
         };
-        self.inner
-            .observer
-            .decisions(class)
-            .decided(permits, &result);
+        let observer = self.inner.observer.decisions(class);
+        observer.decided(permits, &result);
         result
     }
 

@@ -98,9 +98,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
             whole: OnceLock::new(),
         }
     }
-}
 
-impl<K, L: KeyTemplate> Keyed<K, L> {
     /// `limiter`, a key's whole limiter about to be handed out, given the part this
     /// `Keyed`'s keys play in composites, if they play one: so that a composite that would
     /// have it play the other part is refused when it is made. A limiter that already

@@ -76,13 +76,12 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         &self,
         hash: u64,
         key: &Q,
-        visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
+        mut visit: impl FnOnce(Slot<'_, L>, Option<&At<'_, L>>) -> R,
     ) -> Result<(R, Class), TooManyKeys>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let mut visit = visit;
         // Twice at most: at the bound, make room, then try once more (another thread may
         // have made room meanwhile, or added this very key). One call of `visit` in the
         // code, so that it is inlined.
