@@ -66,12 +66,6 @@ pub trait Sealed {
 #[derive(Clone, Copy)]
 pub struct Hook<'a>(pub(crate) Piece<'a>);
 
-impl<'a> From<Part<'a>> for Hook<'a> {
-    fn from(part: Part<'a>) -> Hook<'a> {
-        Hook(Piece::Part(part))
-    }
-}
-
 /// A member: a limiter, or a key of a [`Keyed`](crate::Keyed) held as its word, which
 /// is decided on the word while nothing waits and made whole to wait.
 #[derive(Clone, Copy)]
@@ -168,7 +162,7 @@ impl fmt::Debug for Hooks<'_> {
 
 impl Sealed for TokenBucket {
     fn part(&self) -> Hook<'_> {
-        Part::Bucket(self).into()
+        Hook(Piece::Part(Part::Bucket(self)))
     }
 }
 
@@ -180,7 +174,7 @@ macro_rules! window_members {
     ($($limiter:ty),+) => {$(
         impl Sealed for $limiter {
             fn part(&self) -> Hook<'_> {
-                Part::Window(self.as_window()).into()
+                Hook(Piece::Part(Part::Window(self.as_window())))
             }
         }
 
