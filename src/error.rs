@@ -561,6 +561,17 @@ pub enum AcquireError {
     Closed,
     /// The request had to wait, but it was polled outside a tokio runtime.
     NoRuntime,
+    /// A [`TokenBucket`](crate::TokenBucket)'s refill task panicked while the request
+    /// waited, so the bucket closed: the bucket's [`TakeError::RefillFailed`], a bug in
+    /// this crate (please report it). Later requests get [`Closed`](AcquireError::Closed).
+    RefillFailed,
+    /// A [`TokenBucket`](crate::TokenBucket)'s
+    /// [`take_timeout`](crate::TokenBucket::take_timeout) or
+    /// [`wait_timeout`](crate::TokenBucket::wait_timeout) timed out: the bucket's
+    /// [`TakeError::Timeout`]. No [`Limiter::acquire`](crate::Limiter::acquire) has a
+    /// timeout, so none returns it; it is here so that `?` turns every [`TakeError`] into
+    /// an `AcquireError` and loses nothing.
+    Timeout,
 }
 
 impl fmt::Display for AcquireError {
@@ -576,11 +587,105 @@ impl fmt::Display for AcquireError {
             AcquireError::NoRuntime => {
                 f.write_str("the request must wait, but it was polled outside a tokio runtime")
             }
+            AcquireError::RefillFailed => TakeError::RefillFailed.fmt(f),
+            AcquireError::Timeout => TakeError::Timeout.fmt(f),
         }
     }
 }
 
 impl Error for AcquireError {}
+
+/// A `try_acquire` refusal for good (`ExceedsLimit`, `TooManyKeys`, `Closed`), as
+/// `acquire` says it: what a composite or a `Keyed` reports when a member or a key's word
+/// refuses a request that would wait. Not a public `From`: `Limited` has no `acquire`
+/// word, and never comes here, as every caller passes on only refusals for good (a
+/// `Limited` is a reason to wait).
+pub(crate) fn for_good(error: TryAcquireError) -> AcquireError {
+    match error {
+        TryAcquireError::ExceedsLimit { requested, limit } => {
+            AcquireError::ExceedsLimit { requested, limit }
+        }
+        TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
+        TryAcquireError::Limited { .. } | TryAcquireError::Closed => AcquireError::Closed,
+    }
+}
+
+/// A bucket's [`try_take`](crate::TokenBucket::try_take) refusal in the words of
+/// [`Limiter::try_acquire`](crate::Limiter::try_acquire), as a bucket's `try_acquire`
+/// says it. Nothing is lost: `Insufficient` is `Limited` with the same `retry_after`,
+/// `ExceedsCapacity` is `ExceedsLimit` with the capacity as the limit, and `Closed` is
+/// `Closed`.
+///
+/// ```
+/// use std::time::Duration;
+/// use token_bucket::{TryAcquireError, TryTakeError};
+///
+/// let retry_after = Duration::from_millis(100);
+/// assert_eq!(
+///     TryAcquireError::from(TryTakeError::Insufficient { retry_after }),
+///     TryAcquireError::Limited { retry_after }
+/// );
+/// assert_eq!(
+///     TryAcquireError::from(TryTakeError::ExceedsCapacity { requested: 6, capacity: 5 }),
+///     TryAcquireError::ExceedsLimit { requested: 6, limit: 5 }
+/// );
+/// assert_eq!(TryAcquireError::from(TryTakeError::Closed), TryAcquireError::Closed);
+/// ```
+impl From<TryTakeError> for TryAcquireError {
+    fn from(error: TryTakeError) -> TryAcquireError {
+        match error {
+            TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
+            TryTakeError::ExceedsCapacity {
+                requested,
+                capacity,
+            } => TryAcquireError::ExceedsLimit {
+                requested,
+                limit: capacity,
+            },
+            TryTakeError::Closed => TryAcquireError::Closed,
+        }
+    }
+}
+
+/// A bucket's [`take`](crate::TokenBucket::take) error (or that of `wait` or a timeout
+/// form) in the words of [`Limiter::acquire`](crate::Limiter::acquire), as a bucket's
+/// `acquire` says it. Nothing is lost: `ExceedsCapacity` is `ExceedsLimit` with the
+/// capacity as the limit, and every other variant keeps its name and values.
+///
+/// ```
+/// use token_bucket::{AcquireError, TakeError};
+///
+/// assert_eq!(
+///     AcquireError::from(TakeError::ExceedsCapacity { requested: 6, capacity: 5 }),
+///     AcquireError::ExceedsLimit { requested: 6, limit: 5 }
+/// );
+/// assert_eq!(
+///     AcquireError::from(TakeError::QueueFull { queued: 10, limit: 12 }),
+///     AcquireError::QueueFull { queued: 10, limit: 12 }
+/// );
+/// assert_eq!(AcquireError::from(TakeError::Timeout), AcquireError::Timeout);
+/// assert_eq!(AcquireError::from(TakeError::Closed), AcquireError::Closed);
+/// assert_eq!(AcquireError::from(TakeError::NoRuntime), AcquireError::NoRuntime);
+/// assert_eq!(AcquireError::from(TakeError::RefillFailed), AcquireError::RefillFailed);
+/// ```
+impl From<TakeError> for AcquireError {
+    fn from(error: TakeError) -> AcquireError {
+        match error {
+            TakeError::ExceedsCapacity {
+                requested,
+                capacity,
+            } => AcquireError::ExceedsLimit {
+                requested,
+                limit: capacity,
+            },
+            TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
+            TakeError::Timeout => AcquireError::Timeout,
+            TakeError::Closed => AcquireError::Closed,
+            TakeError::NoRuntime => AcquireError::NoRuntime,
+            TakeError::RefillFailed => AcquireError::RefillFailed,
+        }
+    }
+}
 
 /// Why [`Keyed::get_or_insert`](crate::Keyed::get_or_insert) added no key: the
 /// [`Keyed`](crate::Keyed) holds `max_keys` busy keys and this is a new one.
@@ -745,8 +850,9 @@ impl Error for TryAcquireAllError {
 pub enum AcquireAllError {
     /// Member `member` (its position given to [`all`](crate::all), from 0) refused it:
     /// [`AcquireError::ExceedsLimit`] (at once, or later when a bucket's capacity is
-    /// lowered below it), a bucket's [`AcquireError::QueueFull`] (at once) or
-    /// [`AcquireError::Closed`] (at once, or when it closes).
+    /// lowered below it), a bucket's [`AcquireError::QueueFull`] (at once),
+    /// [`AcquireError::Closed`] (at once, or when it closes) or
+    /// [`AcquireError::RefillFailed`] (its refill task panicked).
     Member {
         /// The member's position, from 0.
         member: usize,

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use crate::error::{AcquireError, TakeError, TryAcquireError, TryTakeError};
+use crate::error::{AcquireError, TryAcquireError};
 use crate::quota::{Decision, Policy, Quota};
 
 /// A rate limiter: [`TokenBucket`](crate::TokenBucket), [`FixedWindow`](crate::FixedWindow),
@@ -97,7 +97,8 @@ pub trait Limiter: Send + Sync + 'static {
     ///
     /// [`AcquireError::ExceedsLimit`] at once when `permits` could never be admitted;
     /// [`AcquireError::NoRuntime`] when it must wait outside a tokio runtime; a bucket's
-    /// [`AcquireError::QueueFull`] and [`AcquireError::Closed`].
+    /// [`AcquireError::QueueFull`], [`AcquireError::Closed`] and
+    /// [`AcquireError::RefillFailed`].
     ///
     /// # Panics
     ///
@@ -315,36 +316,4 @@ pub(crate) trait OneWord: Send + Sync + 'static {
     /// waits on it and its settings and clock are the template's. Its holder must be the
     /// only one.
     fn fold(&self, limiter: &Self::Limiter, now: u64, base: u64) -> Option<u64>;
-}
-
-/// A bucket's `try_take` refusal, as [`Limiter::try_acquire`] says it.
-pub(crate) fn try_acquire_error(error: TryTakeError) -> TryAcquireError {
-    match error {
-        TryTakeError::Insufficient { retry_after } => TryAcquireError::Limited { retry_after },
-        TryTakeError::ExceedsCapacity {
-            requested,
-            capacity,
-        } => TryAcquireError::ExceedsLimit {
-            requested,
-            limit: capacity,
-        },
-        TryTakeError::Closed => TryAcquireError::Closed,
-    }
-}
-
-/// A bucket's `take` error, as [`Limiter::acquire`] says it.
-pub(crate) fn acquire_error(error: TakeError) -> AcquireError {
-    match error {
-        TakeError::ExceedsCapacity {
-            requested,
-            capacity,
-        } => AcquireError::ExceedsLimit {
-            requested,
-            limit: capacity,
-        },
-        TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
-        TakeError::NoRuntime => AcquireError::NoRuntime,
-        // `take` has no deadline, so only a close is left.
-        TakeError::Timeout | TakeError::Closed | TakeError::RefillFailed => AcquireError::Closed,
-    }
 }

@@ -30,8 +30,7 @@ use common::model::{Kind, Model, ModelRate, Setup, Status, TryTakeRefusal, NO_DE
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use token_bucket::{
-    AcquireError, FixedWindow, KeyTemplate, Keyed, TakeError, TokenBucket, TryAcquireError,
-    TryTakeError,
+    AcquireError, FixedWindow, KeyTemplate, Keyed, TokenBucket, TryAcquireError, TryTakeError,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -348,7 +347,7 @@ impl Lockstep {
             match (expected, got) {
                 (Status::Queued, None) | (Status::Dropped, None) => {}
                 (Status::Finished { result, at, .. }, Some((got, when))) => {
-                    let expected = result.map_err(acquire_error);
+                    let expected = result.map_err(AcquireError::from);
                     // tokio's timer fires on whole milliseconds: a grant due at `at` is
                     // seen within the millisecond after.
                     let when = u64::try_from(when.duration_since(self.origin).as_nanos())
@@ -380,23 +379,6 @@ impl Lockstep {
             model.all_seen();
         }
         Ok(())
-    }
-}
-
-/// The model's outcome of a `take` as `Keyed::acquire` reports it.
-fn acquire_error(error: TakeError) -> AcquireError {
-    match error {
-        TakeError::ExceedsCapacity {
-            requested,
-            capacity,
-        } => AcquireError::ExceedsLimit {
-            requested,
-            limit: capacity,
-        },
-        TakeError::QueueFull { queued, limit } => AcquireError::QueueFull { queued, limit },
-        TakeError::NoRuntime => AcquireError::NoRuntime,
-        // No deadline and no close here: nothing else can end a `take`.
-        _ => AcquireError::Closed,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::bucket::state::Settings;
 use crate::bucket::units::{Units, COMPACT};
 use crate::clock::Clock;
 use crate::error::TryAcquireError;
-use crate::limiter::{try_acquire_error, OneWord};
+use crate::limiter::OneWord;
 use crate::quota::Quota;
 use crate::rate::Rate;
 
@@ -81,7 +81,7 @@ impl OneWord for CompactBucket {
         let units = &self.units;
         *word = units
             .decide(*word, tokens, now_units)
-            .map_err(|refusal| try_acquire_error(units.error(refusal)))?;
+            .map_err(|refusal| units.error(refusal))?;
         Ok(())
     }
 

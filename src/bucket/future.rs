@@ -118,7 +118,7 @@ impl Acquire {
             self.bucket.acknowledge_grant();
         }
         self.report(outcome);
-        self.finish(result_of(outcome))
+        self.finish(outcome.into())
     }
 
     /// What a named bucket keeps of a request that queues: the instant, and its span.
@@ -163,7 +163,7 @@ impl Acquire {
         let id = *id;
         let outcome = self.bucket.leave(id, self.request, Leaving::DeadlinePassed);
         self.report(outcome.unwrap_or(Outcome::TimedOut));
-        self.finish(outcome.map_or(Err(TakeError::Timeout), result_of))
+        self.finish(outcome.map_or(Err(TakeError::Timeout), Into::into))
     }
 
     #[inline]
@@ -197,17 +197,6 @@ impl fmt::Debug for Acquire {
             .field("tokens", &self.request.tokens)
             .field("phase", &phase)
             .finish()
-    }
-}
-
-/// The result an outcome means.
-fn result_of(outcome: Outcome) -> Result<(), TakeError> {
-    match outcome {
-        Outcome::Granted => Ok(()),
-        Outcome::TimedOut => Err(TakeError::Timeout),
-        Outcome::Closed => Err(TakeError::Closed),
-        Outcome::RefillFailed => Err(TakeError::RefillFailed),
-        Outcome::TooLarge(too_large) => Err(too_large.into()),
     }
 }
 

@@ -946,19 +946,28 @@ mod tests {
             .initial(0)
             .build()
             .unwrap();
-        bucket
-            .shared
-            .panic_in_refill
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // A waiter, and one behind it through the `Limiter` trait, both queued before the
+        // task is made to panic (at its next serve, when the first token is due).
         let waiter = tokio::spawn({
             let bucket = bucket.clone();
             async move { bucket.take(1).await }
         });
+        let mut acquirer = Box::pin(crate::Limiter::acquire(&bucket, 1));
+        assert!(futures::poll!(acquirer.as_mut()).is_pending());
+        while bucket.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        bucket
+            .shared
+            .panic_in_refill
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let told = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("the waiter is told, not left hanging")
             .unwrap();
         assert_eq!(told, Err(TakeError::RefillFailed));
+        let told = tokio::time::timeout(Duration::from_secs(5), acquirer).await;
+        assert_eq!(told, Ok(Err(crate::AcquireError::RefillFailed)));
         assert!(bucket.is_closed());
         // Nobody starts the task again: later requests are refused at once.
         assert_eq!(bucket.take(1).await, Err(TakeError::Closed));

@@ -3,16 +3,16 @@
 
 use crate::bucket::TokenBucket;
 use crate::error::{AcquireError, TryAcquireError};
-use crate::limiter::{acquire_error, try_acquire_error, KeyTemplate, Limiter};
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::quota::{Decision, Policy, Quota};
 
 impl Limiter for TokenBucket {
     fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.try_take(permits).map_err(try_acquire_error)
+        Ok(self.try_take(permits)?)
     }
 
     async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
-        self.take(permits).await.map_err(acquire_error)
+        Ok(self.take(permits).await?)
     }
 
     fn is_limited(&self) -> bool {
@@ -103,7 +103,7 @@ impl Limiter for TokenBucket {
     fn try_acquire_decision(&self, permits: u64) -> Decision {
         let (result, quota) = self.try_take_quota(permits);
         Decision {
-            result: result.map_err(try_acquire_error),
+            result: result.map_err(TryAcquireError::from),
             quota: Some(quota),
         }
     }

@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::task::Waker;
 
 use crate::clock::NEVER;
+use crate::error::TakeError;
 use crate::permits::TooLarge;
 
 /// What a waiter is told when it leaves the queue.
@@ -30,6 +31,19 @@ pub(crate) enum Outcome {
     RefillFailed,
     /// The capacity was lowered below its request.
     TooLarge(TooLarge),
+}
+
+/// The result an outcome means to the waiter told it.
+impl From<Outcome> for Result<(), TakeError> {
+    fn from(outcome: Outcome) -> Result<(), TakeError> {
+        match outcome {
+            Outcome::Granted => Ok(()),
+            Outcome::TimedOut => Err(TakeError::Timeout),
+            Outcome::Closed => Err(TakeError::Closed),
+            Outcome::RefillFailed => Err(TakeError::RefillFailed),
+            Outcome::TooLarge(too_large) => Err(too_large.into()),
+        }
+    }
 }
 
 /// Whether a request consumes its tokens or only waits for them to be there.

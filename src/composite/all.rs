@@ -1,6 +1,5 @@
 //! [`all`] and [`All`], the public face of a composite.
 
-use std::fmt;
 use std::future::Future;
 
 use crate::composite::few::Few;
@@ -43,8 +42,9 @@ use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireE
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct All<M> {
-    pub(super) members: M,
+    members: M,
 }
 
 /// A composite of `members`: a tuple of two or three [`Member`](crate::Member)s, or an
@@ -128,7 +128,8 @@ impl<M: Members> All<M> {
     /// [`ExceedsLimit`](crate::AcquireError::ExceedsLimit) with that member's limit, a
     /// bucket's [`QueueFull`](crate::AcquireError::QueueFull) (at once), or
     /// [`Closed`](crate::AcquireError::Closed) (at once, or when a bucket closes while it
-    /// waits); [`AcquireAllError::NoRuntime`] when it must wait outside a tokio runtime;
+    /// waits) or [`RefillFailed`](crate::AcquireError::RefillFailed) (a bucket's refill
+    /// task panicked while it waited); [`AcquireAllError::NoRuntime`] when it must wait outside a tokio runtime;
     /// [`AcquireAllError::Config`] for a key member (see
     /// [`Keyed::member`](crate::Keyed::member)) whose whole limiter, made to wait, is
     /// another member too or plays the other part.
@@ -204,13 +205,5 @@ impl<M: Members> All<M> {
     /// ```
     pub fn members(&self) -> &M {
         &self.members
-    }
-}
-
-impl<M: fmt::Debug> fmt::Debug for All<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("All")
-            .field("members", &self.members)
-            .finish()
     }
 }

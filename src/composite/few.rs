@@ -29,10 +29,7 @@ impl<T> Few<T> {
     pub(crate) fn sort_by_key<K: Ord>(&mut self, key: impl Fn(&T) -> K) {
         if self.heap.is_empty() {
             // Empty slots last, where `push` looks for one.
-            self.inline.sort_by(|a, b| match (a, b) {
-                (Some(a), Some(b)) => key(a).cmp(&key(b)),
-                (a, b) => b.is_some().cmp(&a.is_some()),
-            });
+            (self.inline).sort_by_key(|slot| (slot.is_none(), slot.as_ref().map(&key)));
         } else {
             let mut values: Vec<T> = std::mem::take(self).into_iter().collect();
             values.sort_by_key(key);

@@ -12,7 +12,6 @@ use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused};
 use crate::error::{ConfigError, TryAcquireAllError, TryAcquireError};
-use crate::limiter::try_acquire_error;
 use crate::window::WindowHeld;
 
 /// One member's state, held.
@@ -82,16 +81,13 @@ fn try_keys<'k, 'a: 'k>(
     };
     let mut rest = |commit| try_keys(keys.clone(), parts, permits, count_denials, commit);
     let refused = |error, others: Refusals| {
-        let mut refusals: Few<(usize, TryAcquireError)> = Few::new();
-        refusals.push((indexed.member, error));
-        match others {
-            Ok(()) => {}
-            Err(Refused::Members(others)) => {
-                others.into_iter().for_each(|other| refusals.push(other))
-            }
+        let others = match others {
+            Ok(()) => Few::new(),
+            Err(Refused::Members(others)) => others,
             Err(repeated) => return Err(repeated),
-        }
-        Err(Refused::Members(refusals))
+        };
+        let refusals = std::iter::once((indexed.member, error)).chain(others);
+        Err(Refused::Members(refusals.collect()))
     };
     match indexed.key.try_with(permits, commit, &mut rest) {
         KeyTry::Refused(error, others) => refused(error, others),
@@ -135,14 +131,10 @@ pub(crate) fn try_parts(
         let verdict = match &mut member.held {
             Held::Bucket(state) => {
                 let now = state.clock_at(moment);
-                let verdict = state.check_take(permits, now).map_err(try_acquire_error);
+                let verdict = state.check_take(permits, now).map_err(Into::into);
                 if let (Err(refusal), true) = (verdict, count_denials) {
                     state.note_denied();
-                    let retry_after = match refusal {
-                        TryAcquireError::Limited { retry_after } => Some(retry_after),
-                        _ => None,
-                    };
-                    state.observer().refused(permits, retry_after);
+                    state.observer().refused(permits, retry_after(refusal));
                 }
                 verdict
             }
@@ -182,23 +174,24 @@ fn summary(refused: &Refused) -> TryAcquireAllError {
             return TryAcquireAllError::Config(ConfigError::RepeatedMember { first, second })
         }
     };
-    let mut refused: Option<(usize, TryAcquireError)> = None;
-    let mut retry_after = Duration::ZERO;
-    for &(member, error) in refusals.iter() {
-        match error {
-            TryAcquireError::Limited { retry_after: wait } => {
-                retry_after = retry_after.max(wait);
-            }
-            error => {
-                if refused.map_or(true, |(first, _)| member < first) {
-                    refused = Some((member, error));
-                }
-            }
+    let for_good = refusals
+        .iter()
+        .filter(|(_, error)| retry_after(*error).is_none());
+    match for_good.min_by_key(|(member, _)| *member) {
+        Some(&(member, error)) => TryAcquireAllError::Member { member, error },
+        None => {
+            let waits = refusals.iter().filter_map(|(_, error)| retry_after(*error));
+            let retry_after = waits.max().unwrap_or_default();
+            TryAcquireAllError::Limited { retry_after }
         }
     }
-    match refused {
-        Some((member, error)) => TryAcquireAllError::Member { member, error },
-        None => TryAcquireAllError::Limited { retry_after },
+}
+
+/// How long a refusal for now says to wait; `None` for a refusal for good.
+fn retry_after(error: TryAcquireError) -> Option<Duration> {
+    match error {
+        TryAcquireError::Limited { retry_after } => Some(retry_after),
+        _ => None,
     }
 }
 

@@ -1,16 +1,15 @@
 //! [`all_in_turn`] and [`AllInTurn`]: a composite that waits member by member, so that
 //! a member that is not ready (a key) never holds the others' lines (a global limit).
 
-use std::fmt;
 use std::future::Future;
 
-use crate::composite::all::All;
+use crate::composite::held::try_all;
 use crate::composite::member::Members;
 use crate::composite::waiting::{acquire_all, Order};
 use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError};
 
 /// A composite of independent limiters that admits a request only when every one of them
-/// does, at one instant, and counts it in every one, like [`All`]; but it *waits* member
+/// does, at one instant, and counts it in every one, like [`All`](crate::All); but it *waits* member
 /// by member: in its first member's line until that member would admit it, and only then
 /// in the others' lines. Made by [`all_in_turn`].
 ///
@@ -46,8 +45,9 @@ use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError};
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct AllInTurn<M> {
-    all: All<M>,
+    members: M,
 }
 
 /// A composite of `members` that waits member by member: a tuple of two or three
@@ -89,19 +89,17 @@ pub struct AllInTurn<M> {
 /// ```
 pub fn all_in_turn<M: Members>(members: M) -> Result<AllInTurn<M>, ConfigError> {
     members.parts().check(Some(0))?;
-    Ok(AllInTurn {
-        all: All { members },
-    })
+    Ok(AllInTurn { members })
 }
 
 impl<M: Members> AllInTurn<M> {
     /// Acquires `permits` from every member at one instant if every one admits them now
     /// and nobody waits in any member's line; else acquires nothing. Never waits. Needs no
-    /// runtime. The same as [`All::try_acquire`]: only waiting differs.
+    /// runtime. The same as [`All::try_acquire`](crate::All::try_acquire): only waiting differs.
     ///
     /// # Errors
     ///
-    /// As [`All::try_acquire`]: [`TryAcquireAllError::Limited`] with the latest
+    /// As [`All::try_acquire`](crate::All::try_acquire): [`TryAcquireAllError::Limited`] with the latest
     /// `retry_after` of the members that refused, or [`TryAcquireAllError::Member`]
     /// naming the first member that refuses for good. Either way no member counted
     /// anything.
@@ -127,7 +125,7 @@ impl<M: Members> AllInTurn<M> {
     /// # }
     /// ```
     pub fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireAllError> {
-        self.all.try_acquire(permits)
+        try_all(&self.members.parts(), permits, true)
     }
 
     /// Acquires `permits` from every member at one instant, waiting first in, first out
@@ -137,12 +135,12 @@ impl<M: Members> AllInTurn<M> {
     /// It keeps its place in the first member's line while it waits in the others': no
     /// request that comes to that line later passes it. It joins the other members'
     /// lines together, once the first member would admit it, and from then on waits
-    /// there as [`All::acquire`] does in every line. Nothing is counted anywhere before
+    /// there as [`All::acquire`](crate::All::acquire) does in every line. Nothing is counted anywhere before
     /// every member admits it; then every member counts it at one instant.
     ///
     /// # Errors
     ///
-    /// As [`All::acquire`]: [`AcquireAllError::Member`] naming the first member that
+    /// As [`All::acquire`](crate::All::acquire): [`AcquireAllError::Member`] naming the first member that
     /// refuses it for good (a follower's full queue is found once the composite joins the
     /// followers' lines, after its leader's wait), [`AcquireAllError::NoRuntime`], or
     /// [`AcquireAllError::Config`] for a key member (see [`Keyed::member`]) whose whole
@@ -185,7 +183,7 @@ impl<M: Members> AllInTurn<M> {
     where
         M: Sync,
     {
-        acquire_all(self.all.members().parts(), permits, Order::InTurn)
+        acquire_all(self.members.parts(), permits, Order::InTurn)
     }
 
     /// The members, as given to [`all_in_turn`].
@@ -200,14 +198,6 @@ impl<M: Members> AllInTurn<M> {
     /// # Ok::<(), token_bucket::ConfigError>(())
     /// ```
     pub fn members(&self) -> &M {
-        self.all.members()
-    }
-}
-
-impl<M: fmt::Debug> fmt::Debug for AllInTurn<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AllInTurn")
-            .field("members", &self.all.members)
-            .finish()
+        &self.members
     }
 }

@@ -66,12 +66,6 @@ pub trait Sealed {
 #[derive(Clone, Copy)]
 pub struct Hook<'a>(pub(crate) Piece<'a>);
 
-impl<'a> From<Part<'a>> for Hook<'a> {
-    fn from(part: Part<'a>) -> Hook<'a> {
-        Hook(Piece::Part(part))
-    }
-}
-
 /// A member: a limiter, or a key of a [`Keyed`](crate::Keyed) held as its word, which
 /// is decided on the word while nothing waits and made whole to wait.
 #[derive(Clone, Copy)]
@@ -109,19 +103,16 @@ pub struct Hooks<'a> {
 impl<'a> Hooks<'a> {
     /// `pieces`, given in this order, sorted into lock order.
     fn of(pieces: impl IntoIterator<Item = Piece<'a>>) -> Hooks<'a> {
-        let mut hooks = Hooks {
-            parts: Few::new(),
-            keys: Few::new(),
-        };
+        let (mut parts, mut keys) = (Few::new(), Few::new());
         for (member, piece) in pieces.into_iter().enumerate() {
             match piece {
-                Piece::Part(part) => hooks.parts.push(Indexed { member, part }),
-                Piece::Key(key) => hooks.keys.push(IndexedKey { member, key }),
+                Piece::Part(part) => parts.push(Indexed { member, part }),
+                Piece::Key(key) => keys.push(IndexedKey { member, key }),
             }
         }
-        hooks.parts.sort_by_key(Indexed::lock_order);
-        hooks.keys.sort_by_key(|indexed| indexed.key.identity());
-        hooks
+        parts.sort_by_key(Indexed::lock_order);
+        keys.sort_by_key(|indexed| indexed.key.identity());
+        Hooks { parts, keys }
     }
 
     /// Checks the members as a composite is made: at least one, none twice, and each
@@ -171,7 +162,7 @@ impl fmt::Debug for Hooks<'_> {
 
 impl Sealed for TokenBucket {
     fn part(&self) -> Hook<'_> {
-        Part::Bucket(self).into()
+        Hook(Piece::Part(Part::Bucket(self)))
     }
 }
 
@@ -183,7 +174,7 @@ macro_rules! window_members {
     ($($limiter:ty),+) => {$(
         impl Sealed for $limiter {
             fn part(&self) -> Hook<'_> {
-                Part::Window(self.as_window()).into()
+                Hook(Piece::Part(Part::Window(self.as_window())))
             }
         }
 
@@ -193,21 +184,20 @@ macro_rules! window_members {
 
 window_members!(FixedWindow, SlidingLog, SlidingWindow);
 
-impl<M: Member + ?Sized> Sealed for &M {
-    fn part(&self) -> Hook<'_> {
-        (**self).part()
-    }
+/// A reference to a member, or an `Arc` of one, is that member.
+macro_rules! pointer_members {
+    ($($pointer:ty),+) => {$(
+        impl<M: Member + ?Sized> Sealed for $pointer {
+            fn part(&self) -> Hook<'_> {
+                (**self).part()
+            }
+        }
+
+        impl<M: Member + ?Sized> Member for $pointer {}
+    )+};
 }
 
-impl<M: Member + ?Sized> Member for &M {}
-
-impl<M: Member + ?Sized> Sealed for Arc<M> {
-    fn part(&self) -> Hook<'_> {
-        (**self).part()
-    }
-}
-
-impl<M: Member + ?Sized> Member for Arc<M> {}
+pointer_members!(&M, Arc<M>);
 
 /// A member, as the composite sees it: a bucket holds a composite's place in its own
 /// queue; a window limiter, in its line.
@@ -320,15 +310,6 @@ pub trait SealedMembers {
     fn parts(&self) -> Hooks<'_>;
 }
 
-impl Indexed<'_> {
-    /// The global lock order: buckets first, then window limiters, each by identity
-    /// (the whole order, with each window limiter's own locks and the shards of keys
-    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
-    pub(crate) fn lock_order(&self) -> (bool, usize) {
-        (matches!(self.part, Part::Window(_)), self.part.identity())
-    }
-}
-
 /// `Members` for tuples of members of any kinds.
 macro_rules! tuple_members {
     ($(($($member:ident . $field:tt),+)),+) => {$(
@@ -375,6 +356,13 @@ pub(crate) struct Seen<'a> {
 }
 
 impl<'a> Indexed<'a> {
+    /// The global lock order: buckets first, then window limiters, each by identity
+    /// (the whole order, with each window limiter's own locks and the shards of keys
+    /// before them all, is in `sync/mod.rs`). Any total order of members would do.
+    pub(crate) fn lock_order(&self) -> (bool, usize) {
+        (matches!(self.part, Part::Window(_)), self.part.identity())
+    }
+
     pub(crate) fn seen(&self) -> Seen<'a> {
         Seen {
             member: self.member,
@@ -384,29 +372,19 @@ impl<'a> Indexed<'a> {
     }
 }
 
-/// The checks made as a composite is made over `seen`: at least one member, none twice
-/// (see [`check_distinct`]), and each given its part for good (see [`claim_roles`]).
+/// The checks made as a composite is made over `seen` (each group in lock order, so that
+/// one limiter given twice comes twice in a row): at least one member, no limiter (or
+/// `Keyed`) twice, and each given its part for good (see [`claim_roles`]).
 pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
-    check_distinct(seen.iter().copied())?;
+    let mut pairs = seen.iter().zip(seen.iter().skip(1));
+    if let Some((one, other)) = pairs.find(|(one, other)| one.order == other.order) {
+        let (first, second) = (one.member.min(other.member), one.member.max(other.member));
+        return Err(ConfigError::RepeatedMember { first, second });
+    }
+    if seen.iter().next().is_none() {
+        return Err(ConfigError::NoMembers);
+    }
     claim_roles(&seen, leader)
-}
-
-/// `Ok` when `members` (each group in lock order, so that one limiter given twice comes
-/// twice in a row) holds at least one member, and no limiter (or `Keyed`) twice.
-fn check_distinct<'a>(members: impl IntoIterator<Item = Seen<'a>>) -> Result<(), ConfigError> {
-    let mut previous: Option<Seen<'a>> = None;
-    for seen in members {
-        if let Some(previous) = previous.filter(|previous| previous.order == seen.order) {
-            let first = previous.member.min(seen.member);
-            let second = previous.member.max(seen.member);
-            return Err(ConfigError::RepeatedMember { first, second });
-        }
-        previous = Some(seen);
-    }
-    match previous {
-        Some(_) => Ok(()),
-        None => Err(ConfigError::NoMembers),
-    }
 }
 
 /// Gives each of `members` its part in composites for good: the member at position

@@ -17,17 +17,20 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
-use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
+use crate::bucket::queue::{Kind, Request, WaiterId};
 use crate::bucket::state::{Leaving, Standing};
 use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
 use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_seen, Hooks, Indexed, Part};
-use crate::error::{AcquireAllError, AcquireError, TryAcquireAllError, TryAcquireError};
-use crate::limiter::acquire_error;
+use crate::error::{
+    for_good, AcquireAllError, AcquireError, TakeError, TryAcquireAllError, TryAcquireError,
+};
 use crate::permits::screen;
-use crate::window::turnstile::Queued;
+use crate::sync::MutexGuard;
+use crate::window::turnstile::{Line, Queued};
+use crate::window::Window;
 
 /// How a composite waits for its members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,12 +50,7 @@ pub(crate) async fn acquire_all(
 ) -> Result<(), AcquireAllError> {
     match try_all(&hooks, permits, false) {
         Ok(()) => return Ok(()),
-        Err(TryAcquireAllError::Member { member, error }) => {
-            return Err(AcquireAllError::Member {
-                member,
-                error: refusal(error),
-            })
-        }
+        Err(TryAcquireAllError::Member { member, error }) => return Err(refused(member, error)),
         Err(TryAcquireAllError::Config(error)) => return Err(AcquireAllError::Config(error)),
         Err(TryAcquireAllError::Limited { .. }) => {}
     }
@@ -101,10 +99,7 @@ fn waiting_on<'a>(
 ) -> Result<Few<Indexed<'a>>, AcquireAllError> {
     let parts = hooks
         .whole(wanted)
-        .map_err(|(member, error)| AcquireAllError::Member {
-            member,
-            error: refusal(error),
-        })?;
+        .map_err(|(member, error)| refused(member, error))?;
     if hooks.keys.iter().next().is_some() {
         let leader = (order == Order::InTurn).then_some(0);
         check_seen(parts.iter().map(Indexed::seen).collect(), leader)?;
@@ -112,16 +107,11 @@ fn waiting_on<'a>(
     Ok(parts)
 }
 
-/// A member's refusal of a `try_acquire`, as its `acquire` says it.
-fn refusal(error: TryAcquireError) -> AcquireError {
-    match error {
-        TryAcquireError::ExceedsLimit { requested, limit } => {
-            AcquireError::ExceedsLimit { requested, limit }
-        }
-        TryAcquireError::TooManyKeys { max_keys } => AcquireError::TooManyKeys { max_keys },
-        // Limited is never a member's own refusal; a close is the only one left.
-        _ => AcquireError::Closed,
-    }
+/// Member `member`'s refusal for good of a `try_acquire`, as the composite's `acquire`
+/// says it.
+fn refused(member: usize, error: TryAcquireError) -> AcquireAllError {
+    let error = for_good(error);
+    AcquireAllError::Member { member, error }
 }
 
 /// What a bucket's line holds for a composite asking for `permits`.
@@ -162,31 +152,30 @@ fn join<'a>(
     context: &mut Context<'_>,
 ) -> Result<Places<'a>, AcquireAllError> {
     enum Joining<'a> {
-        Bucket(crate::bucket::HeldBucket<'a>),
-        Window(crate::sync::MutexGuard<'a, crate::window::turnstile::Line>),
+        Bucket(&'a TokenBucket, crate::bucket::HeldBucket<'a>),
+        Window(&'a dyn Window, MutexGuard<'a, Line>),
     }
     let moment = Moment::now();
     let mut locked: Few<Joining<'a>> = Few::new();
     for indexed in parts.iter() {
         locked.push(match indexed.part {
-            Part::Bucket(bucket) => Joining::Bucket(bucket.hold_lock(moment)),
-            Part::Window(window) => Joining::Window(window.turnstile().line()),
+            Part::Bucket(bucket) => Joining::Bucket(bucket, bucket.hold_lock(moment)),
+            Part::Window(window) => Joining::Window(window, window.turnstile().line()),
         });
     }
     let mut refused: Option<(usize, AcquireError)> = None;
     for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
-        let verdict = match (indexed.part, joining) {
-            (Part::Bucket(_), Joining::Bucket(state)) => {
+        let verdict = match joining {
+            Joining::Bucket(_, state) => {
                 let now = state.clock_at(moment);
                 state
                     .admit_hold(permits, now)
                     .and_then(|()| state.ensure_refill())
-                    .map_err(acquire_error)
+                    .map_err(AcquireError::from)
             }
-            (Part::Window(window), _) => screen(permits, window.limit())
+            Joining::Window(window, _) => screen(permits, window.limit())
                 .map(drop)
                 .map_err(AcquireError::from),
-            _ => unreachable!("each member is locked as its kind"),
         };
         if let Err(error) = verdict {
             if refused.map_or(true, |(first, _)| indexed.member < first) {
@@ -200,28 +189,24 @@ fn join<'a>(
             error => AcquireAllError::Member { member, error },
         });
     }
-    let mut places = Places {
-        places: Few::new(),
+    let places = locked.iter_mut().map(|joining| match joining {
+        Joining::Bucket(bucket, state) => Place::Bucket {
+            bucket,
+            id: state.enqueue(hold(permits), context.waker().clone()),
+            left: false,
+        },
+        Joining::Window(window, line) => Place::Window(Queued::join(
+            window.turnstile(),
+            line,
+            window.clock(),
+            permits,
+            context,
+        )),
+    });
+    Ok(Places {
+        places: places.collect(),
         permits,
-    };
-    for (indexed, joining) in parts.iter().zip(locked.iter_mut()) {
-        places.places.push(match (indexed.part, joining) {
-            (Part::Bucket(bucket), Joining::Bucket(state)) => Place::Bucket {
-                bucket,
-                id: state.enqueue(hold(permits), context.waker().clone()),
-                left: false,
-            },
-            (Part::Window(window), Joining::Window(line)) => Place::Window(Queued::join(
-                window.turnstile(),
-                line,
-                window.clock(),
-                permits,
-                context,
-            )),
-            _ => unreachable!("each member is locked as its kind"),
-        });
-    }
-    Ok(places)
+    })
 }
 
 /// What [`Places::poll_decide`] does once every member it waits on would admit it.
@@ -293,9 +278,13 @@ impl<'a> Places<'a> {
                             Standing::Behind => ready = false,
                             Standing::Left(outcome) => {
                                 *left = true;
+                                // Only the composite grants a hold: it left refused.
+                                let error = Result::<(), TakeError>::from(outcome)
+                                    .err()
+                                    .unwrap_or(TakeError::Closed);
                                 return Poll::Ready(Err(AcquireAllError::Member {
                                     member: member.member,
-                                    error: left_because(outcome),
+                                    error: error.into(),
                                 }));
                             }
                         }
@@ -333,34 +322,15 @@ impl<'a> Places<'a> {
                 return Poll::Ready(Ok(()));
             }
             drop(held);
-            let Some(deadline) = latest else {
+            // No timer under loom: the model moves the clock and polls again.
+            let Some(deadline) = latest.filter(|_| !cfg!(loom)) else {
                 return Poll::Pending;
             };
-            if cfg!(loom) {
-                // No timer under loom: the model moves the clock and polls again.
-                return Poll::Pending;
-            }
-            let sleep = match sleep {
-                Some(sleep) => {
-                    sleep.as_mut().reset(deadline);
-                    sleep
-                }
-                None => sleep.insert(Box::pin(tokio::time::sleep_until(deadline))),
-            };
+            let sleep = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            sleep.as_mut().reset(deadline);
             if sleep.as_mut().poll(context).is_pending() {
                 return Poll::Pending;
             }
-        }
-    }
-}
-
-/// Why a bucket took a hold out of its queue.
-fn left_because(outcome: Outcome) -> AcquireError {
-    match outcome {
-        Outcome::TooLarge(too_large) => too_large.into(),
-        // A hold has no deadline and is never granted by the bucket: a close is left.
-        Outcome::Closed | Outcome::RefillFailed | Outcome::TimedOut | Outcome::Granted => {
-            AcquireError::Closed
         }
     }
 }

@@ -11,11 +11,11 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::member::as_member;
-use super::{step, Keyed, Step};
 use crate::composite::all;
 use crate::error::{ConfigError, TryAcquireError};
-use crate::keyed::compact::Compact;
+use crate::keyed::handle::Keyed;
+use crate::keyed::member::as_member;
+use crate::keyed::slots::{step, Step};
 use crate::limiter::{KeyTemplate, Limiter};
 use crate::quota::{Decision, Quota};
 
@@ -68,9 +68,25 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        // On a word, `global` is asked under the shard's lock: a shard's lock is taken
+        // before any limiter's, the crate's lock order (see `sync/mod.rs` and [`Keyed`]'s
+        // concurrency notes).
         let decided = self.with_slot(self.hash(key), key, |slot, at| {
             step(slot, at, |compact, word, reading| {
-                on_word(compact, word, reading, permits, global)
+                // The key decides on a copy, written back only once the global limiter
+                // took the permits too; until then the word is as it was, and so is its
+                // quota.
+                let mut decided = *word;
+                let joint = key_then_global(
+                    || compact.decide_word(&mut decided, permits, reading),
+                    global,
+                    permits,
+                    || Some(compact.quota_of_word(*word, reading)),
+                );
+                if joint.result.is_ok() {
+                    *word = decided;
+                }
+                joint
             })
         });
         match decided {
@@ -83,32 +99,6 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
             },
         }
     }
-}
-
-/// The joint decision on a key's `word`, at the `reading` of now, under its shard's lock.
-/// `global` is asked under that lock: a shard's lock is taken before any limiter's, the
-/// crate's lock order (see `sync/mod.rs` and [`Keyed`]'s concurrency notes).
-#[inline(always)]
-fn on_word<L: KeyTemplate, G: Limiter>(
-    compact: &Compact<L>,
-    word: &mut u64,
-    reading: u64,
-    permits: u64,
-    global: &G,
-) -> Joint {
-    // The key decides on a copy, written back only once the global limiter took the
-    // permits too; until then the word is as it was, and so is its quota.
-    let mut decided = *word;
-    let joint = key_then_global(
-        || compact.decide_word(&mut decided, permits, reading),
-        global,
-        permits,
-        || Some(compact.quota_of_word(*word, reading)),
-    );
-    if joint.result.is_ok() {
-        *word = decided;
-    }
-    joint
 }
 
 /// The key decided by `decide_key`, then, only if it admitted, `global`; when `global`

@@ -8,10 +8,11 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
 
-use super::{step, Keyed, Step};
 use crate::bucket::TokenBucket;
 use crate::composite::{KeyHook, KeyTry, Member, Part, Piece, Refusals, Sealed};
 use crate::error::TryAcquireError;
+use crate::keyed::handle::Keyed;
+use crate::keyed::slots::{step, Step};
 use crate::limiter::KeyTemplate;
 use crate::sync::Identity;
 use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
@@ -97,9 +98,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
             whole: OnceLock::new(),
         }
     }
-}
 
-impl<K, L: KeyTemplate> Keyed<K, L> {
     /// `limiter`, a key's whole limiter about to be handed out, given the part this
     /// `Keyed`'s keys play in composites, if they play one: so that a composite that would
     /// have it play the other part is refused when it is made. A limiter that already
@@ -231,16 +230,11 @@ impl<K: Hash + Eq + fmt::Debug, L: KeyTemplate> fmt::Debug for KeyMember<'_, K, 
 
 /// `limiter` as a member of a composite, when it is one of the crate's limiters.
 pub(super) fn as_member(limiter: &dyn Any) -> Option<&dyn Member> {
-    if let Some(bucket) = limiter.downcast_ref::<TokenBucket>() {
-        return Some(bucket);
+    fn cast<M: Member + 'static>(limiter: &dyn Any) -> Option<&dyn Member> {
+        Some(limiter.downcast_ref::<M>()?)
     }
-    if let Some(window) = limiter.downcast_ref::<FixedWindow>() {
-        return Some(window);
-    }
-    if let Some(log) = limiter.downcast_ref::<SlidingLog>() {
-        return Some(log);
-    }
-    limiter
-        .downcast_ref::<SlidingWindow>()
-        .map(|wheel| wheel as &dyn Member)
+    (cast::<TokenBucket>(limiter))
+        .or_else(|| cast::<FixedWindow>(limiter))
+        .or_else(|| cast::<SlidingLog>(limiter))
+        .or_else(|| cast::<SlidingWindow>(limiter))
 }

@@ -54,16 +54,11 @@ impl<L> Wholes<L> {
         {
             self.made += 1;
         }
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.limiters[index] = Some(limiter);
-                index
-            }
-            None => {
-                self.limiters.push(Some(limiter));
-                self.limiters.len() - 1
-            }
-        };
+        let index = self.free.pop().unwrap_or(self.limiters.len());
+        if index == self.limiters.len() {
+            self.limiters.push(None);
+        }
+        self.limiters[index] = Some(limiter);
         WHOLE | index as u64
     }
 
@@ -77,10 +72,8 @@ impl<L> Wholes<L> {
 
     /// Drops the limiter `entry` names.
     fn remove(&mut self, entry: u64) {
-        if let Some(place) = self.limiters.get_mut(index(entry)) {
-            if place.take().is_some() {
-                self.free.push(index(entry));
-            }
+        if let Some(Some(_)) = self.limiters.get_mut(index(entry)).map(Option::take) {
+            self.free.push(index(entry));
         }
         if self.free.len() == self.limiters.len() {
             self.limiters = Vec::new();

@@ -1,12 +1,15 @@
 //! The compact form of `Keyed`'s keys, seen from inside: which form a key is in, and that
 //! the word answers exactly as the whole limiter would.
 
+use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::advance;
 
 use super::*;
 use crate::bucket::TokenBucket;
+use crate::error::{AcquireError, TryAcquireError};
+use crate::limiter::{KeyTemplate, Limiter};
 use crate::rate::Rate;
 use crate::window::FixedWindow;
 
