@@ -29,14 +29,7 @@ fn every_try_take_error_is_the_try_acquire_error_of_the_same_meaning() {
         ),
         (TryTakeError::Closed, TryAcquireError::Closed),
     ];
-    for (from, to) in pairs {
-        assert_eq!(TryAcquireError::from(from), to, "from {from:?}");
-    }
-    let distinct: HashSet<String> = pairs
-        .iter()
-        .map(|(from, _)| format!("{:?}", TryAcquireError::from(*from)))
-        .collect();
-    assert_eq!(distinct.len(), pairs.len(), "no two variants map to one");
+    assert_maps_one_to_one(&pairs);
 }
 
 #[test]
@@ -63,14 +56,7 @@ fn every_take_error_is_the_acquire_error_of_the_same_meaning() {
         (TakeError::NoRuntime, AcquireError::NoRuntime),
         (TakeError::RefillFailed, AcquireError::RefillFailed),
     ];
-    for (from, to) in pairs {
-        assert_eq!(AcquireError::from(from), to, "from {from:?}");
-    }
-    let distinct: HashSet<String> = pairs
-        .iter()
-        .map(|(from, _)| format!("{:?}", AcquireError::from(*from)))
-        .collect();
-    assert_eq!(distinct.len(), pairs.len(), "no two variants map to one");
+    assert_maps_one_to_one(&pairs);
 }
 
 #[test]
@@ -133,4 +119,21 @@ async fn a_bucket_s_limiter_says_its_own_errors_through_the_froms() {
         Limiter::try_acquire(&bucket, 1),
         Err(TryAcquireError::Closed)
     );
+}
+
+/// Each `from` converts to its `to`, and no two of them to the same error.
+#[track_caller]
+fn assert_maps_one_to_one<F, T>(pairs: &[(F, T)])
+where
+    F: Copy + std::fmt::Debug,
+    T: From<F> + PartialEq + std::fmt::Debug,
+{
+    for (from, to) in pairs {
+        assert_eq!(&T::from(*from), to, "from {from:?}");
+    }
+    let distinct: HashSet<String> = pairs
+        .iter()
+        .map(|(from, _)| format!("{:?}", T::from(*from)))
+        .collect();
+    assert_eq!(distinct.len(), pairs.len(), "no two variants map to one");
 }
