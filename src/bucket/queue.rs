@@ -62,7 +62,7 @@ pub(crate) enum Kind {
 pub(crate) struct Request {
     pub(crate) kind: Kind,
     pub(crate) tokens: u64,
-    /// Nanoseconds since the clock's origin; [`NEVER`](crate::clock::NEVER) for none.
+    /// Nanoseconds since the clock's origin; [`NEVER`] for none.
     pub(crate) deadline: u64,
 }
 

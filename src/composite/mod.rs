@@ -1,6 +1,6 @@
-//! Composites: one decision over several independent limiters ([`all`]).
+//! Composites: one decision over several independent limiters ([`all()`]).
 //!
-//! - `all.rs`: [`all`] and [`All`], the public face.
+//! - `all.rs`: [`all()`] and [`All`], the public face.
 //! - `in_turn.rs`: [`all_in_turn`] and [`AllInTurn`], the composite that waits member by
 //!   member.
 //! - `member.rs`: [`Member`] and [`Members`], what a composite can be made of, and the

@@ -1,5 +1,5 @@
 //! How [`Keyed`](crate::Keyed) holds a key nobody waits on: as its limiter's state word
-//! alone (a [`OneWord`]), the settings living once in the template. A [`TokenBucket`] of
+//! alone (a [`OneWord`]), the settings living once in the template. A [`TokenBucket`](crate::TokenBucket) of
 //! one limit whose full bucket fits the word (see `bucket/compact.rs`) and a
 //! [`FixedWindow`] have such a word; every other limiter, a user's own included, is
 //! always held whole.

@@ -119,7 +119,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
         self.inner.template.policy()
     }
 
-    /// The [`Quota`](crate::Quota) of `key` now, counting nothing (see [`Limiter::quota`]). A key not
+    /// The [`Quota`] of `key` now, counting nothing (see [`Limiter::quota`]). A key not
     /// held is a fresh limiter's, whole: its quota is the full one, and it is not added.
     /// A key held as a word is read from its word; one held whole, from its limiter.
     ///

@@ -117,7 +117,7 @@ pub(super) struct At<'a, L> {
     pub(super) compact: &'a Compact<L>,
     pub(super) now: u64,
     pub(super) base: u64,
-    /// What words are read against now (see [`Compact::reading`]).
+    /// What words are read against now (see [`OneWord::reading`](crate::limiter::OneWord::reading)).
     pub(super) reading: u64,
 }
 
