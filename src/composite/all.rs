@@ -179,7 +179,7 @@ impl<M: Members> All<M> {
     /// given to [`all`]: for `Keyed`'s joint decision (`keyed/joint.rs`), which must say
     /// which member refused, over a key's whole limiter and a global one. A refusing
     /// bucket counts a denial, as `try_acquire`'s does.
-    #[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
+    #[cfg_attr(not(any(all(test, not(loom)), feature = "http")), allow(dead_code))]
     pub(crate) fn try_acquire_each(
         &self,
         permits: u64,

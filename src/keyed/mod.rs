@@ -28,7 +28,7 @@ mod compact;
 mod decide;
 mod handle;
 // The joint decision serves the HTTP layer; without its feature only the tests call it.
-#[cfg_attr(not(any(test, feature = "http")), allow(dead_code))]
+#[cfg_attr(not(any(all(test, not(loom)), feature = "http")), allow(dead_code))]
 mod joint;
 mod keys;
 mod member;
