@@ -13,7 +13,7 @@ use token_bucket::observe::{
     self, ADMITTED_PERMITS, AVAILABLE_PERMITS, QUEUED_REQUESTS, REFUSED_REQUESTS,
     TIMED_OUT_REQUESTS, WAITED_REQUESTS, WAIT_SECONDS,
 };
-use token_bucket::{Rate, TakeError, TokenBucket};
+use token_bucket::{ConfigError, Rate, TakeError, TokenBucket};
 
 /// The labels of the bucket named "api".
 const API: &[(&str, &str)] = &[("limiter", "api"), ("kind", "token_bucket")];
@@ -101,6 +101,22 @@ async fn an_unnamed_bucket_reports_nothing() {
     bucket.try_take(1).unwrap();
     assert!(bucket.try_take(1).is_err());
     bucket.take(1).await.unwrap();
+    observe::record_gauges();
+    assert!(snapshotter.snapshot().into_vec().is_empty());
+}
+
+/// A named bucket whose settings are refused registers nothing: the settings are checked
+/// before the name is.
+#[tokio::test(start_paused = true)]
+async fn a_named_bucket_refused_at_build_registers_nothing() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let refused = metrics::with_local_recorder(&recorder, || {
+        let builder = TokenBucket::builder().rate(Rate::per_second(1)).name("api");
+        builder.capacity(0).build()
+    });
+    assert_eq!(refused.unwrap_err(), ConfigError::ZeroCapacity);
     observe::record_gauges();
     assert!(snapshotter.snapshot().into_vec().is_empty());
 }

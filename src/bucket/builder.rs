@@ -4,7 +4,6 @@
 use crate::bucket::handle::TokenBucket;
 use crate::bucket::state::Settings;
 use crate::error::ConfigError;
-use crate::observe::{Kind, Observer};
 use crate::rate::Rate;
 
 impl TokenBucket {
@@ -203,13 +202,7 @@ impl Builder {
             initial: self.initial,
             queue_limit: self.queue_limit,
         };
-        // Checked before it is named, so that a refused bucket registers no metric.
-        settings.validate()?;
-        let observer = match &self.name {
-            Some(name) => Observer::named(Kind::TokenBucket, name),
-            None => Observer::default(),
-        };
-        TokenBucket::observed(settings, observer)
+        TokenBucket::named(settings, self.name.as_deref())
     }
 
     /// The name the bucket reports under (see [`observe`](crate::observe)): the

@@ -17,7 +17,7 @@ use crate::bucket::stats::{LimitStats, Stats};
 use crate::bucket::units::Units;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::error::{ConfigError, TryTakeError};
-use crate::observe::Observer;
+use crate::observe::{Kind as ObservedKind, Observer};
 use crate::quota::{Policy, Quota};
 use crate::rate::Rate;
 use crate::sync::Identity;
@@ -111,15 +111,19 @@ impl TokenBucket {
     }
 
     pub(crate) fn from_settings(settings: Settings) -> Result<TokenBucket, ConfigError> {
-        TokenBucket::observed(settings, Observer::default())
+        TokenBucket::named(settings, None)
     }
 
-    /// A bucket of `settings` reporting through `observer` (see `observe/`).
-    pub(crate) fn observed(
+    /// A bucket of `settings` reporting under `name`, if given (see `observe/`).
+    pub(crate) fn named(
         settings: Settings,
-        observer: Observer,
+        name: Option<&str>,
     ) -> Result<TokenBucket, ConfigError> {
+        // Checked before it is named, so that a refused bucket registers no metric.
         settings.validate()?;
+        let observer = name.map_or_else(Observer::default, |name| {
+            Observer::named(ObservedKind::TokenBucket, name)
+        });
         let bucket = TokenBucket {
             shared: Arc::new(Shared::new(&settings, Clock::start(), None, observer)),
         };
