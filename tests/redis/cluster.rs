@@ -19,12 +19,12 @@ use token_bucket::redis::{
 };
 use token_bucket::{Quota, Rate};
 
+use super::all::{bucket_and_window, refused_cross_slot};
 use super::leased::{front_holding_nine, takeable};
 use super::redis_server::{cli, RedisCluster};
 use super::{
-    bucket_and_window, fail_closed, fail_open, hourly_bucket, hourly_log, hourly_window,
-    is_limited, key_expires, refused_cross_slot, thirty_two_tasks_share_one_limit,
-    two_instances_share_one_limit, HOUR,
+    fail_closed, fail_open, hourly_bucket, hourly_log, hourly_window, is_limited, key_expires,
+    thirty_two_tasks_share_one_limit, two_instances_share_one_limit, HOUR,
 };
 
 /// How long a master of the shared cluster may be silent before it is taken for failed:
