@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -686,6 +686,51 @@ fn composites_and_lock_free_tries_race_without_breaking_all_or_nothing() {
     assert!(composite > 0, "no composite was admitted");
     assert_eq!(first.available(), LIMIT - composite - plain_first);
     assert_eq!(second.available(), LIMIT - composite - plain_second);
+}
+
+/// Real threads: a composite's tries over a fixed window race a plain `acquire` on it,
+/// which queues whenever a try holds the window and is then admitted as the head of its
+/// line while the next try holds it. Both keep the books: the window's count is exactly
+/// the plain admissions plus the composite's, and nothing panics (a head admitted while
+/// a composite's try held the word once tripped a debug assertion).
+#[test]
+fn a_plain_acquire_admitted_as_head_while_a_composite_tries_keeps_the_books() {
+    const LIMIT: u64 = 1_000_000_000;
+    const ACQUIRES: u64 = 200_000;
+    let window = FixedWindow::new(LIMIT, secs(3_600)).unwrap();
+    let bucket = TokenBucket::new(Rate::per_second(LIMIT), LIMIT).unwrap();
+    let (stop, composite) = (AtomicBool::new(false), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        let (window, bucket, stop, composite) = (&window, &bucket, &stop, &composite);
+        scope.spawn(move || {
+            let both = all((window, bucket)).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                if both.try_acquire(1).is_ok() {
+                    composite.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        // Stops the tries however this thread ends, a panic included.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(stop);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for _ in 0..ACQUIRES {
+                window.acquire(1).await.unwrap();
+            }
+        });
+    });
+    let composite = composite.into_inner();
+    assert_eq!(window.available(), LIMIT - ACQUIRES - composite);
+    assert_eq!(bucket.stats().taken, composite);
 }
 
 /// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit

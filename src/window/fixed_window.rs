@@ -685,13 +685,10 @@ impl Shared {
             if !fits && start > u128::from(now) {
                 return Err(u64::try_from(start).unwrap_or(NEVER));
             }
-            // A composite seizes the word only while nobody else is at the head.
-            debug_assert_eq!(
-                word & SEIZED,
-                0,
-                "a head admitted while a composite decides"
-            );
-            let next = self.layout.pack(window, count);
+            // A composite's try may have seized the word under the line's record: it
+            // refuses while this head is in line, so the head counts, and leaves the bit
+            // for the composite to clear as it lets go.
+            let next = self.layout.pack(window, count) | (word & SEIZED);
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
