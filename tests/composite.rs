@@ -733,6 +733,41 @@ fn a_plain_acquire_admitted_as_head_while_a_composite_tries_keeps_the_books() {
     assert_eq!(bucket.stats().taken, composite);
 }
 
+/// A composite waits behind a plain waiter in a full window's line (full for the hour).
+/// A bucket member closed, or lowered below the request, ends the wait at that instant
+/// with the member's error, not once the window's line lets the composite through; its
+/// place in the window's line goes back, and the plain waiter is served as before.
+#[tokio::test(start_paused = true)]
+async fn a_bucket_refusing_while_the_composite_waits_in_a_windows_line_ends_it_at_once() {
+    for close in [true, false] {
+        let bucket = bucket(Rate::per_second(10), 10, 10);
+        let window = FixedWindow::new(2, secs(3_600)).unwrap();
+        window.try_acquire(2).unwrap();
+        let start = Instant::now();
+        let plain = common::spawn_acquire(&window, 1);
+        yield_until(|| window.queued_permits() == 1).await;
+        let composite = spawn_both(&bucket, &window, 2);
+        yield_until(|| window.queued_permits() == 3).await;
+        tokio::time::advance(ms(10)).await;
+        let error = if close {
+            bucket.close();
+            AcquireError::Closed
+        } else {
+            bucket.set_capacity(1).unwrap();
+            AcquireError::ExceedsLimit {
+                requested: 2,
+                limit: 1,
+            }
+        };
+        let ended = Err(AcquireAllError::Member { member: 0, error });
+        assert_eq!(composite.await.unwrap(), (ended, ms(10)), "close: {close}");
+        assert_eq!(window.queued_permits(), 1, "close: {close}");
+        let (result, at) = plain.await.unwrap();
+        result.unwrap();
+        common::assert_at(start, at, secs(3_600));
+    }
+}
+
 /// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit
 /// holds requests back until the end of the slot a window after its own. Two are
 /// admitted at 0 (slot 0); the third waits until slot 4 ends, at 1.25 s, and a plain

@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tokio::time::{Instant, Sleep};
 
-use crate::bucket::queue::{Kind, Request, WaiterId};
+use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::state::{Leaving, Standing};
 use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
@@ -120,6 +120,18 @@ fn hold(permits: u64) -> Request {
         kind: Kind::Hold,
         tokens: permits,
         deadline: NEVER,
+    }
+}
+
+/// The error of a member whose hold left its bucket's queue: only the composite grants
+/// a hold, so it left refused (closed, or asking more than the capacity now).
+fn hold_left(member: usize, outcome: Outcome) -> AcquireAllError {
+    let error = Result::<(), TakeError>::from(outcome)
+        .err()
+        .unwrap_or(TakeError::Closed);
+    AcquireAllError::Member {
+        member,
+        error: error.into(),
     }
 }
 
@@ -237,6 +249,28 @@ impl<'a> Places<'a> {
         }
     }
 
+    /// While some window's line is not yet reached: `Ready` with the member's error if
+    /// a bucket's hold left its queue, else `Pending`, this poll's waker registered with
+    /// every hold still queued. Each bucket is locked alone, as nothing else is held.
+    fn poll_left(
+        &mut self,
+        parts: &Few<Indexed<'_>>,
+        context: &mut Context<'_>,
+    ) -> Poll<Result<(), AcquireAllError>> {
+        let moment = Moment::now();
+        for (place, indexed) in self.places.iter_mut().zip(parts.iter()) {
+            let Place::Bucket { bucket, id, left } = place else {
+                continue;
+            };
+            let outcome = bucket.hold_lock(moment).poll_outcome(*id, context.waker());
+            if let Some(outcome) = outcome {
+                *left = true;
+                return Poll::Ready(Err(hold_left(indexed.member, outcome)));
+            }
+        }
+        Poll::Pending
+    }
+
     /// Decides, once at the head of every line: every member would admit it at one
     /// instant, and then it does `then`, or it sleeps until the latest instant a member
     /// named.
@@ -249,8 +283,8 @@ impl<'a> Places<'a> {
     ) -> Poll<Result<(), AcquireAllError>> {
         loop {
             // At the head of every window limiter's line? Each wakes the task when it is.
-            // Until then the buckets are not asked: their holds wake the waker they were
-            // given, and this poll's is registered with them once every line is reached.
+            // Until then a bucket is asked only whether its hold left (it closed, or its
+            // capacity fell below the request), which ends the wait at once.
             let mut at_heads = true;
             for place in self.places.iter_mut() {
                 if let Place::Window(queued) = place {
@@ -258,7 +292,7 @@ impl<'a> Places<'a> {
                 }
             }
             if !at_heads {
-                return Poll::Pending;
+                return self.poll_left(parts, context);
             }
             let (mut held, moment) = lock_all(parts);
             let mut ready = true;
@@ -278,14 +312,7 @@ impl<'a> Places<'a> {
                             Standing::Behind => ready = false,
                             Standing::Left(outcome) => {
                                 *left = true;
-                                // Only the composite grants a hold: it left refused.
-                                let error = Result::<(), TakeError>::from(outcome)
-                                    .err()
-                                    .unwrap_or(TakeError::Closed);
-                                return Poll::Ready(Err(AcquireAllError::Member {
-                                    member: member.member,
-                                    error: error.into(),
-                                }));
+                                return Poll::Ready(Err(hold_left(member.member, outcome)));
                             }
                         }
                     }
