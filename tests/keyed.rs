@@ -126,17 +126,20 @@ async fn retain_recent_forgets_only_idle_keys_and_frees_their_limiters() {
             .try_acquire(&key, if key < 5 { 1 } else { 2 })
             .unwrap();
     }
-    let freed_when_forgotten = Arc::downgrade(&keyed.get(&0).unwrap());
+    // Held whole for a moment; the table's handle is then the only one.
+    drop(keyed.get(&0).unwrap());
+    assert_eq!(keyed.keys_held_whole(), 1);
     assert_eq!(keyed.retain_recent(), 0, "every bucket is refilling");
+    assert_eq!(
+        keyed.keys_held_whole(),
+        0,
+        "folded back into its word, its limiter freed"
+    );
     advance(ms(500) - nanos(1)).await;
     assert_eq!(keyed.retain_recent(), 0, "one nanosecond short of full");
     advance(nanos(1)).await;
     assert_eq!(keyed.retain_recent(), 5, "keys 0..5 are full again");
     assert_eq!(keyed.len(), 5);
-    assert!(
-        freed_when_forgotten.upgrade().is_none(),
-        "a forgotten key's limiter is freed"
-    );
     assert!(keyed.get(&0).is_none());
     assert!(keyed.get(&5).is_some());
     advance(ms(500)).await;
@@ -162,11 +165,16 @@ async fn a_shard_is_swept_when_it_would_pass_twice_what_it_kept() {
         keyed.try_acquire(&key, 1).unwrap();
     }
     assert_eq!(keyed.len(), 128, "no sweep below the threshold");
-    let forgotten = Arc::downgrade(&keyed.get(&0).unwrap());
+    drop(keyed.get(&0).unwrap());
+    assert_eq!(keyed.keys_held_whole(), 1);
     // The 129th key sweeps: the 65 idle keys go, the 63 busy ones stay.
     keyed.try_acquire(&128, 1).unwrap();
     assert_eq!(keyed.len(), 64);
-    assert!(forgotten.upgrade().is_none());
+    assert_eq!(
+        keyed.keys_held_whole(),
+        0,
+        "the forgotten key's limiter is freed"
+    );
     assert!(keyed.get(&0).is_none());
     assert!(keyed.get(&65).is_some());
 }
@@ -657,4 +665,50 @@ fn waiters_takers_and_the_sweeper_together_never_pass_a_keys_budget() {
     }
     // Not vacuous: requests waited, so keys went whole and came back.
     assert_eq!(waited.load(Ordering::Relaxed), 8 * 50);
+}
+
+/// Real threads: a `Weak` of a key's handle is upgraded and dropped on one thread while
+/// the key is asked on another. The key folds back into its word only while no handle
+/// (strong or weak) can reach its bucket, so every token is granted once: the grants
+/// and what is left never pass the capacity plus what accrued. (Checked as a strong
+/// count of 1 alone, a `Weak` upgraded between the check and the fold kept a handle on
+/// a bucket the key no longer read: thousands of tokens granted twice a second.)
+#[test]
+fn a_weak_handle_upgraded_while_its_key_is_asked_grants_no_token_twice() {
+    // One token a second, so at most a couple accrue during the race.
+    let capacity = 100_000_000;
+    let keyed: Keyed<u8, TokenBucket> =
+        Keyed::new(TokenBucket::new(Rate::per_second(1), capacity).unwrap());
+    keyed.try_acquire(&0, 0).unwrap();
+    let (granted, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let start = std::time::Instant::now();
+    thread::scope(|scope| {
+        let (keyed, granted, stop) = (&keyed, &granted, &stop);
+        scope.spawn(move || {
+            let mut weak = std::sync::Weak::new();
+            while !stop.load(Ordering::Relaxed) {
+                match weak.upgrade() {
+                    Some(handle) => {
+                        if TokenBucket::try_take(&handle, 1).is_ok() {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    None => weak = Arc::downgrade(&keyed.get(&0).expect("held")),
+                }
+            }
+        });
+        while start.elapsed() < Duration::from_secs(1) {
+            if keyed.try_acquire(&0, 1).is_ok() {
+                granted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let accrued = start.elapsed().as_secs() + 1;
+    let granted = granted.into_inner();
+    let left = keyed.quota(&0).unwrap().remaining;
+    assert!(
+        granted + left <= capacity + accrued,
+        "{granted} granted + {left} left > {capacity} + {accrued} accrued: granted twice"
+    );
 }

@@ -157,7 +157,8 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
 
     /// The whole limiter of `key`, inserted from the template if the key is new (a key
     /// held as a word is unfolded into it); acquires nothing. The key is not forgotten
-    /// while the returned `Arc` lives, nor while a composite waits in its limiter's line.
+    /// while the returned `Arc` or a `Weak` of it lives, nor while a composite waits in
+    /// its limiter's line.
     /// [`get`](Keyed::get) is the same for a key already held, and inserts none.
     ///
     /// For a request that takes from this key and from other limiters in one decision,
@@ -230,7 +231,9 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     ///
     /// A key held as a word is made whole for the handle: a whole limiter holding exactly
     /// what the word held. The key is neither forgotten nor folded back into its word
-    /// while the returned `Arc` lives; once it is dropped, the key folds back at its next
+    /// while the returned `Arc` or a `Weak` of it lives (one could be upgraded into a
+    /// handle on a bucket the key no longer reads); once they are dropped, the key folds
+    /// back at its next
     /// `try_acquire` or `acquire`, as a wait in its line ends, or at a sweep (see
     /// [how a key is held](Keyed#how-a-key-is-held)). Keep the `Arc`, not a clone of the
     /// limiter inside it: a `TokenBucket`

@@ -11,7 +11,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -70,6 +70,14 @@ impl<L> Wholes<L> {
         self.limiters.get(index(entry))?.as_ref()
     }
 
+    /// [`get`](Wholes::get), to check whether the table's handle is the only one.
+    fn get_mut(&mut self, entry: u64) -> Option<&mut Arc<L>> {
+        if entry & WHOLE == 0 {
+            return None;
+        }
+        self.limiters.get_mut(index(entry))?.as_mut()
+    }
+
     /// Drops the limiter `entry` names.
     fn remove(&mut self, entry: u64) {
         if let Some(Some(_)) = self.limiters.get_mut(index(entry)).map(Option::take) {
@@ -82,18 +90,15 @@ impl<L> Wholes<L> {
     }
 }
 
-/// Whether the table's handle on `limiter` is the only one. It stays so while the shard is
-/// locked: a new handle is cloned only under the lock.
+/// Whether the table's handle on `limiter` is the only one: no other `Arc`, and no `Weak`
+/// that could make one without the lock. It stays so while the shard is locked, as a new
+/// handle is then cloned only under the lock. `Arc::get_mut` checks both at once (a
+/// strong count of 1 read beside a weak count of 0 could miss a `Weak` upgraded and
+/// dropped in between) and acquires what the other handles' holders did to the limiter,
+/// so the fold or the sweep that reads it next sees it all.
 #[inline]
-fn held_by_table_alone<L>(limiter: &Arc<L>) -> bool {
-    if Arc::strong_count(limiter) != 1 {
-        return false;
-    }
-    // `strong_count` is a relaxed load. The other handles were let go with a release
-    // decrement; this fence pairs with it (as `Arc::get_mut` does), so that all their
-    // holders did to the limiter is seen by the fold or the sweep that reads it next.
-    fence(Ordering::Acquire);
-    true
+fn held_by_table_alone<L>(limiter: &mut Arc<L>) -> bool {
+    Arc::get_mut(limiter).is_some()
 }
 
 fn index(entry: u64) -> usize {
@@ -151,7 +156,7 @@ impl<L: Limiter> Slot<'_, L> {
     /// template's. `None` while it is held whole.
     #[inline]
     pub(super) fn word(&mut self, at: &At<'_, L>) -> Option<&mut u64> {
-        if let Some(limiter) = self.wholes.get(*self.entry) {
+        if let Some(limiter) = self.wholes.get_mut(*self.entry) {
             if !held_by_table_alone(limiter) {
                 return None;
             }
@@ -302,7 +307,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
         let Shard {
             entries, wholes, ..
         } = self;
-        let mut forget = |entry: &mut u64| match wholes.get(*entry) {
+        let mut forget = |entry: &mut u64| match wholes.get_mut(*entry) {
             None => at
                 .as_ref()
                 .is_some_and(|at| at.compact.is_idle_word(*entry, at.reading)),

@@ -196,6 +196,34 @@ async fn a_handle_from_get_keeps_its_key_whole_and_a_changed_rate_keeps_it_whole
     assert_eq!(wholes(&keyed), 0);
 }
 
+/// A `Weak` of a handle from `get` keeps its key whole as the `Arc` does: it may be
+/// upgraded at any time, without the shard's lock, into a handle on the key's bucket, so
+/// the key must not be folded (or forgotten) from under it. Once it is dropped, the key
+/// folds at its next call.
+#[tokio::test(start_paused = true)]
+async fn a_weak_of_a_handle_keeps_its_key_whole_until_it_is_dropped() {
+    let keyed: Keyed<&str, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 3));
+    keyed.try_acquire(&"a", 1).unwrap();
+    let weak = std::sync::Arc::downgrade(&keyed.get(&"a").expect("held"));
+    keyed.try_acquire(&"a", 1).unwrap();
+    assert_eq!(keyed.retain_recent(), 0);
+    assert_eq!(
+        is_held_whole(&keyed, &"a"),
+        Some(true),
+        "not folded under a Weak"
+    );
+    let handle = weak.upgrade().expect("the key's bucket is still the key's");
+    handle.try_take(1).unwrap();
+    assert_eq!(keyed.try_acquire(&"a", 1), limited(Duration::from_secs(1)));
+    drop((handle, weak));
+    assert_eq!(keyed.try_acquire(&"a", 1), limited(Duration::from_secs(1)));
+    assert_eq!(
+        is_held_whole(&keyed, &"a"),
+        Some(false),
+        "folded once it is gone"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_capacity_set_through_get_holds_until_the_key_is_forgotten() {
     let keyed: Keyed<&str, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 2));
