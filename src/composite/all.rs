@@ -2,11 +2,10 @@
 
 use std::future::Future;
 
-use crate::composite::few::Few;
-use crate::composite::held::{try_all, try_parts};
+use crate::composite::held::try_all;
 use crate::composite::member::Members;
 use crate::composite::waiting::{acquire_all, Order};
-use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError, TryAcquireError};
+use crate::error::{AcquireAllError, ConfigError, TryAcquireAllError};
 
 /// A composite of independent limiters that admits a request only when every one of them
 /// does, at one instant, and then counts it in every one: a per-user and a global
@@ -172,24 +171,6 @@ impl<M: Members> All<M> {
         M: Sync,
     {
         acquire_all(self.members.parts(), permits, Order::AtOnce)
-    }
-
-    /// [`try_acquire`](All::try_acquire) of a composite of limiters (no key of a `Keyed`),
-    /// refused with each refusing member's own answer, with its position among those
-    /// given to [`all`]: for `Keyed`'s joint decision (`keyed/joint.rs`), which must say
-    /// which member refused, over a key's whole limiter and a global one. A refusing
-    /// bucket counts a denial, as `try_acquire`'s does.
-    #[cfg_attr(not(any(all(test, not(loom)), feature = "http")), allow(dead_code))]
-    pub(crate) fn try_acquire_each(
-        &self,
-        permits: u64,
-    ) -> Result<(), Few<(usize, TryAcquireError)>> {
-        let hooks = self.members.parts();
-        debug_assert!(
-            hooks.keys.iter().next().is_none(),
-            "a key in a joint decision"
-        );
-        try_parts(&hooks.parts, permits, true, true)
     }
 
     /// The members, as given to [`all`].

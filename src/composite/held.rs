@@ -10,7 +10,9 @@ use std::time::Duration;
 use crate::bucket::HeldBucket;
 use crate::clock::{Clock, Moment, NEVER};
 use crate::composite::few::Few;
-use crate::composite::member::{Hooks, Indexed, IndexedKey, KeyTry, Part, Refusals, Refused};
+use crate::composite::member::{
+    Hooks, Indexed, IndexedKey, KeyTry, Members, Part, Refusals, Refused,
+};
 use crate::error::{ConfigError, TryAcquireAllError, TryAcquireError};
 use crate::window::WindowHeld;
 
@@ -115,6 +117,24 @@ fn try_keys<'k, 'a: 'k>(
             Err(error) => refused(error, Ok(())),
         },
     }
+}
+
+/// A try over `members` (limiters, no key of a `Keyed`), all or nothing like a
+/// composite's, refused with each refusing member's own answer and its position: for
+/// `Keyed`'s joint decision (`keyed/joint.rs`), which must say which member refused. A
+/// refusing bucket counts a denial. Unlike a composite it gives no member a part, as a
+/// try never waits: a limiter deciding requests jointly may still lead composites.
+#[cfg_attr(not(any(all(test, not(loom)), feature = "http")), allow(dead_code))]
+pub(crate) fn try_each(members: &impl Members, permits: u64) -> Refusals {
+    let hooks = members.parts();
+    debug_assert!(
+        hooks.keys.iter().next().is_none(),
+        "a key in a joint decision"
+    );
+    if let Some((first, second)) = hooks.repeated() {
+        return Err(Refused::Repeated { first, second });
+    }
+    try_parts(&hooks.parts, permits, true, true).map_err(Refused::Members)
 }
 
 /// [`try_all`]'s decision over limiters alone, refused with each refusing member's

@@ -118,16 +118,23 @@ impl<'a> Hooks<'a> {
     /// Checks the members as a composite is made: at least one, none twice, and each
     /// given its part for good (see [`claim_roles`]).
     pub(crate) fn check(&self, leader: Option<usize>) -> Result<(), ConfigError> {
-        // Every member, keys first, each group in lock order.
+        check_seen(self.seen(), leader)
+    }
+
+    /// The positions of a limiter given twice, if one is: checked by a try that never
+    /// waits and so gives no member a part.
+    pub(crate) fn repeated(&self) -> Option<(usize, usize)> {
+        repeated(&self.seen())
+    }
+
+    /// Every member, keys first, each group in lock order.
+    fn seen(&self) -> Few<Seen<'a>> {
         let keys = self.keys.iter().map(|indexed| Seen {
             member: indexed.member,
             identity: indexed.key.identity_ref(),
             order: indexed.key.identity(),
         });
-        check_seen(
-            keys.chain(self.parts.iter().map(Indexed::seen)).collect(),
-            leader,
-        )
+        keys.chain(self.parts.iter().map(Indexed::seen)).collect()
     }
 
     /// The limiters of the members at the positions `wanted` picks, each key's made whole
@@ -376,15 +383,21 @@ impl<'a> Indexed<'a> {
 /// one limiter given twice comes twice in a row): at least one member, no limiter (or
 /// `Keyed`) twice, and each given its part for good (see [`claim_roles`]).
 pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
-    let mut pairs = seen.iter().zip(seen.iter().skip(1));
-    if let Some((one, other)) = pairs.find(|(one, other)| one.order == other.order) {
-        let (first, second) = (one.member.min(other.member), one.member.max(other.member));
+    if let Some((first, second)) = repeated(&seen) {
         return Err(ConfigError::RepeatedMember { first, second });
     }
     if seen.iter().next().is_none() {
         return Err(ConfigError::NoMembers);
     }
     claim_roles(&seen, leader)
+}
+
+/// The positions, first the lower, of a limiter (or `Keyed`) that `seen` holds twice in a
+/// row, as it does one given twice.
+fn repeated(seen: &Few<Seen<'_>>) -> Option<(usize, usize)> {
+    let mut pairs = seen.iter().zip(seen.iter().skip(1));
+    let (one, other) = pairs.find(|(one, other)| one.order == other.order)?;
+    Some((one.member.min(other.member), one.member.max(other.member)))
 }
 
 /// Gives each of `members` its part in composites for good: the member at position

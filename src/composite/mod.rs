@@ -25,8 +25,9 @@ mod member;
 mod waiting;
 
 pub use all::{all, All};
+pub(crate) use held::try_each;
 pub use in_turn::{all_in_turn, AllInTurn};
-pub(crate) use member::{Hook, KeyHook, KeyTry, Part, Piece, Refusals, Sealed};
+pub(crate) use member::{Hook, KeyHook, KeyTry, Part, Piece, Refusals, Refused, Sealed};
 pub use member::{Member, Members};
 
 #[cfg(all(test, not(loom)))]

@@ -5,14 +5,14 @@
 //! A key held as a word is decided on a copy of its word under its shard's lock, and the
 //! copy is written back only once the global limiter took the permits too: no
 //! allocation, no unfolded limiter. A key held whole is decided with the global limiter
-//! by a composite (see `composite/`), which keeps both all or nothing and first in,
-//! first out.
+//! as a composite's try decides (see `composite/`), all or nothing and first in, first
+//! out, though it gives neither a part in composites: it never waits.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use crate::composite::all;
-use crate::error::{ConfigError, TryAcquireError};
+use crate::composite::{try_each, Refused};
+use crate::error::TryAcquireError;
 use crate::keyed::handle::Keyed;
 use crate::keyed::member::as_member;
 use crate::keyed::slots::{step, Step};
@@ -138,9 +138,9 @@ fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Jo
     let (Some(member), Some(global_member)) = (as_member(limiter), as_member(global)) else {
         return one_after_the_other(limiter, permits, global);
     };
-    let both = match all((member, global_member)) {
-        Ok(both) => both,
-        Err(ConfigError::RepeatedMember { .. }) => {
+    let result = match try_each(&(member, global_member), permits) {
+        Ok(()) => Ok(()),
+        Err(Refused::Repeated { .. }) => {
             // Only one limiter: `global` is the key's own. Deciding it once is all or
             // nothing.
             let decision = limiter.try_acquire_decision(permits);
@@ -150,19 +150,15 @@ fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Jo
                 global: decision.quota,
             };
         }
-        // `global` leads `all_in_turn` composites elsewhere, so it cannot follow in
-        // `all`: decided one after the other, which a try that never waits may do.
-        Err(_) => return one_after_the_other(limiter, permits, global),
-    };
-    let result = both.try_acquire_each(permits).map_err(|refusals| {
         // The key's refusal if it refused (member 0), else the global's.
-        let refusal = refusals.iter().min_by_key(|&&(member, _)| member);
-        match refusal {
-            Some(&(0, refusal)) => JointRefusal::Key(refusal),
-            Some(&(_, refusal)) => JointRefusal::Global(refusal),
-            None => unreachable!("a composite refuses with its members' refusals"),
+        Err(Refused::Members(refusals)) => {
+            match refusals.iter().min_by_key(|&&(member, _)| member) {
+                Some(&(0, refusal)) => Err(JointRefusal::Key(refusal)),
+                Some(&(_, refusal)) => Err(JointRefusal::Global(refusal)),
+                None => unreachable!("a composite refuses with its members' refusals"),
+            }
         }
-    });
+    };
     Joint {
         result,
         key: limiter.quota(),

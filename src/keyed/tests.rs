@@ -584,10 +584,9 @@ async fn a_flood_of_fresh_keys_with_a_global_limit_keeps_every_key_a_word() {
     assert_eq!((wholes(&windows), made(&windows)), (0, 0));
 }
 
-/// A global limiter that leads `all_in_turn` composites elsewhere cannot follow in the
-/// composite a whole key is decided with: the joint decision then asks the key and the
-/// global limiter one after the other, giving the key's permits back if the global one
-/// refuses, rather than mistaking it for the key's own limiter.
+/// A global limiter that leads `all_in_turn` composites elsewhere is decided with a whole
+/// key as any other is, all or nothing under both locks: the joint decision gives no
+/// limiter a part in composites, so none is in the way.
 #[tokio::test(start_paused = true)]
 async fn a_joint_decision_with_a_global_limiter_that_leads_elsewhere_is_still_all_or_nothing() {
     let keyed: Keyed<u8, TokenBucket> = Keyed::new(bucket(Rate::per_second(1), 1));
@@ -617,4 +616,26 @@ async fn a_joint_decision_with_a_global_limiter_that_leads_elsewhere_is_still_al
     );
     // The key's permit was given back.
     assert_eq!(handle.map(|key| key.available()), Some(1));
+}
+
+/// A joint decision is a try that never waits: it gives neither the global limiter nor
+/// the key's whole limiter a part in composites. Both may lead an `all_in_turn` after it,
+/// as before it. (Decided by `all`, both were made followers for good, and the caller's
+/// own `all_in_turn` leading with either was refused with `FollowerAsLeader`.)
+#[tokio::test(start_paused = true)]
+async fn a_joint_decision_on_a_whole_key_gives_no_limiter_a_part_in_composites() {
+    use crate::window::SlidingLog;
+    // A sliding log has no word: every key is held whole.
+    let keyed: Keyed<u8, SlidingLog> =
+        Keyed::new(SlidingLog::new(5, Duration::from_secs(1)).unwrap());
+    let global = bucket(Rate::per_second(10), 10);
+    let other = bucket(Rate::per_second(1), 1);
+    assert!(keyed.try_acquire_with(&0, 1, &global).result.is_ok());
+    assert_eq!(is_held_whole(&keyed, &0), Some(true));
+    let key = keyed.get(&0).expect("held");
+    assert!(crate::composite::all_in_turn((&global, &other)).is_ok());
+    assert!(crate::composite::all_in_turn((&*key, &other)).is_ok());
+    // And a limiter that leads elsewhere still decides jointly, all or nothing.
+    assert!(keyed.try_acquire_with(&0, 1, &global).result.is_ok());
+    assert_eq!((key.available(), global.available()), (3, 8));
 }
