@@ -95,6 +95,18 @@ impl Moment {
     pub(crate) fn now() -> Moment {
         Moment(model_time::now())
     }
+
+    /// The moment `instant` stands for.
+    #[cfg(not(loom))]
+    pub(crate) fn of(instant: Instant) -> Moment {
+        Moment(instant)
+    }
+
+    /// Under loom, whose time stands still, every instant is now.
+    #[cfg(loom)]
+    pub(crate) fn of(_instant: Instant) -> Moment {
+        Moment::now()
+    }
 }
 
 /// A duration in whole nanoseconds, saturating at [`NEVER`]. In `u64` arithmetic rather

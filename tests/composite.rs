@@ -768,6 +768,32 @@ async fn a_bucket_refusing_while_the_composite_waits_in_a_windows_line_ends_it_a
     }
 }
 
+/// A bucket of 10,000 a second holding at most 1 gains a token every 100 µs, ten in each
+/// of the timer's 1 ms ticks. 100 composites over it and a roomy bucket, queued at once,
+/// get its rate, as 100 plain takes do: each is granted as of the instant the bucket held
+/// its token (the n-th at n × 100 µs), not the later tick its task woke at, so a late
+/// wake-up costs the bucket nothing it would have gained meanwhile. Each is seen at the
+/// tick of its token, ten a millisecond. (Granted at their wake-ups, the bucket lay full
+/// through each tick: one composite a millisecond, 100 ms for 100.)
+#[tokio::test(start_paused = true)]
+async fn composites_over_a_bucket_faster_than_the_timer_keep_its_rate() {
+    let fast = || bucket(Rate::per_second(10_000), 1, 0);
+    let (plain, composed) = (fast(), fast());
+    let roomy = bucket(Rate::per_second(1_000_000), 1_000_000, 1_000_000);
+    let start = Instant::now();
+    let plains: Vec<_> = (0..100).map(|_| common::spawn_acquire(&plain, 1)).collect();
+    let composites: Vec<_> = (0..100).map(|_| spawn_both(&composed, &roomy, 1)).collect();
+    for (nth, (plain, composite)) in (1u64..).zip(plains.into_iter().zip(composites)) {
+        // The n-th token's tick: n × 100 µs, rounded up to the millisecond.
+        let tick = ms(nth.div_ceil(10));
+        let (result, at) = plain.await.unwrap();
+        assert_eq!((result, at - start), (Ok(()), tick), "plain take {nth}");
+        assert_eq!(composite.await.unwrap(), (Ok(()), tick), "composite {nth}");
+    }
+    assert_eq!(roomy.stats().taken, 100);
+    assert_eq!(composed.stats().taken, 100);
+}
+
 /// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit
 /// holds requests back until the end of the slot a window after its own. Two are
 /// admitted at 0 (slot 0); the third waits until slot 4 ends, at 1.25 s, and a plain

@@ -129,6 +129,19 @@ pub(crate) struct Limits {
     /// ledgers (see `ready_at`); anything else forgets it. 16 bytes that fit in the
     /// shared state's allocation as it was.
     ready: (u64, u64),
+    /// The ledgers as they stood once a composite's hold reached the head, kept until
+    /// anything but time changes them: its grant is made as of the instant every member
+    /// of the composite allowed it, which its task, woken by a timer of 1 ms ticks, may
+    /// see only later (see [`rewind`](Limits::rewind)). Boxed: one word while none is
+    /// kept, and only a composite's wait makes one.
+    held_from: Option<Box<Ledgers>>,
+}
+
+/// Every limit's ledger, in order: what [`Limits::held_from`] keeps.
+#[derive(Debug)]
+struct Ledgers {
+    first: Ledger,
+    others: Box<[Ledger]>,
 }
 
 impl Limits {
@@ -147,6 +160,7 @@ impl Limits {
             first: limit(first),
             others: others.iter().copied().map(limit).collect(),
             ready: (0, 0),
+            held_from: None,
         }
     }
 
@@ -273,6 +287,55 @@ impl Limits {
     #[inline]
     fn changed(&mut self) {
         self.ready = (0, 0);
+        self.held_from = None;
+    }
+
+    /// A composite's hold heads the queue: keeps the ledgers as they stand, unless kept
+    /// already (since when only time changed them).
+    #[inline]
+    pub(crate) fn hold_at_head(&mut self) {
+        if self.held_from.is_none() {
+            self.held_from = Some(Box::new(Ledgers {
+                first: self.first.ledger.clone(),
+                others: self
+                    .others
+                    .iter()
+                    .map(|limit| limit.ledger.clone())
+                    .collect(),
+            }));
+        }
+    }
+
+    /// The first instant the ledgers kept as the hold reached the head held `tokens`, or
+    /// `None` if none are kept: time alone changed them since, so from then on they hold
+    /// `tokens` still.
+    pub(crate) fn held_ready_at(&self, tokens: u64) -> Option<u64> {
+        let kept = self.held_from.as_ref()?;
+        let first = kept.first.ready_at(tokens, self.first.rate);
+        let others = self.others.iter().zip(kept.others.iter());
+        Some(others.fold(first, |latest, (limit, ledger)| {
+            latest.max(ledger.ready_at(tokens, limit.rate))
+        }))
+    }
+
+    /// Brings the ledgers back to where a grant of `tokens` made at `as_of` finds them:
+    /// from those kept as the hold reached the head, to `as_of`, or to the instant they
+    /// first held `tokens` if that is later. Time alone changed them since, so this is
+    /// the very state the ledgers passed through; the caller takes, then serves up to
+    /// now. Without ledgers kept (anything else changed them meanwhile, and they were
+    /// kept again at the current instant), nothing changes.
+    pub(crate) fn rewind(&mut self, tokens: u64, as_of: u64) {
+        let Some(kept) = self.held_from.take() else {
+            return;
+        };
+        let Ledgers { first, others } = *kept;
+        self.first.ledger = first;
+        for (limit, ledger) in self.others.iter_mut().zip(others.into_vec()) {
+            limit.ledger = ledger;
+        }
+        self.ready = (0, 0);
+        let at = self.ready_at(tokens).max(as_of);
+        self.advance(at);
     }
 
     /// Removes `tokens` from every limit; the caller has checked they are held.

@@ -103,8 +103,9 @@ pub(crate) enum Admission {
 /// Where a composite's hold stands in a bucket's line (see [`State::hold_standing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Standing {
-    /// At the head, and the bucket holds its tokens now.
-    Ready,
+    /// At the head, and the bucket holds its tokens now, as it has since this instant
+    /// (back to when the hold reached the head: see `commit_hold`).
+    Ready { since: u64 },
     /// At the head; the bucket holds its tokens from this instant on.
     ReadyAt(u64),
     /// Others are ahead of it: it is woken once it reaches the head.
@@ -219,7 +220,10 @@ impl State {
         while let Some(head) = self.queue.head() {
             if head.kind == Kind::Hold {
                 // A composite's place: it holds the line until the composite decides,
-                // and is told once that it reached the head.
+                // and is told once that it reached the head. The ledgers are kept as
+                // they stand, for a grant made as of an earlier instant than the
+                // composite's (see `commit_hold`).
+                self.limits.hold_at_head();
                 self.wake_hold_at_head();
                 break;
             }
@@ -381,17 +385,25 @@ impl State {
         self.hold_woken = Some(id);
         let ready_at = self.limits.ready_at(tokens);
         if ready_at <= now {
-            Standing::Ready
+            let since = self.limits.held_ready_at(tokens).unwrap_or(now);
+            Standing::Ready { since }
         } else {
             Standing::ReadyAt(ready_at)
         }
     }
 
-    /// Takes hold `id`'s `tokens` and removes it from the head: the composite was granted
-    /// by every member at `now`, which [`hold_standing`](State::hold_standing) said
-    /// `Ready` in this same lock section. Those behind it are served from `now` on.
-    pub(crate) fn commit_hold(&mut self, id: WaiterId, tokens: u64, now: u64) {
+    /// Takes hold `id`'s `tokens` and removes it from the head: every member of the
+    /// composite admits it at `now`, as [`hold_standing`](State::hold_standing) said
+    /// `Ready` in this same lock section, and all did from `as_of` on (at most `now`),
+    /// the instant the composite planned to decide at, which its timer may have woken it
+    /// after. The grant is made as of `as_of` (or as of the instant the bucket held the
+    /// tokens, if later), as a plain waiter's is made on the schedule however late it is
+    /// seen: a late wake-up does not cost the bucket what it would have gained since had
+    /// it not been full. Those behind are served from then on, up to `now`.
+    pub(crate) fn commit_hold(&mut self, id: WaiterId, tokens: u64, as_of: u64, now: u64) {
         debug_assert_eq!(self.queue.head_waiter().map(|(head, _)| head), Some(id));
+        debug_assert!(self.limits.ready_at(tokens) <= now, "committed when ready");
+        self.limits.rewind(tokens, as_of.min(now));
         self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {

@@ -151,6 +151,10 @@ enum Place<'a> {
 struct Places<'a> {
     places: Few<Place<'a>>,
     permits: u64,
+    /// The instant the composite last planned to decide at, every member at the head of
+    /// its line and each admitting it from then on: what a window limiter admitted it
+    /// since, however late the timer woke it (see `poll_decide`).
+    ready_since: Option<Instant>,
 }
 
 /// Joins every member's line at once, holding every member's lock in the global order
@@ -218,6 +222,7 @@ fn join<'a>(
     Ok(Places {
         places: places.collect(),
         permits,
+        ready_since: None,
     })
 }
 
@@ -246,6 +251,7 @@ impl<'a> Places<'a> {
         Places {
             places,
             permits: self.permits,
+            ready_since: None,
         }
     }
 
@@ -295,21 +301,24 @@ impl<'a> Places<'a> {
                 return self.poll_left(parts, context);
             }
             let (mut held, moment) = lock_all(parts);
-            let mut ready = true;
-            // `None` below every instant: the latest a member named, if any.
-            let mut latest: Option<Instant> = None;
+            let (mut ready, mut behind, mut windows) = (true, false, false);
+            // `None` below every instant: the latest a member named, if any, and the
+            // latest a bucket holding the tokens now has held them since.
+            let (mut latest, mut since): (Option<Instant>, Option<Instant>) = (None, None);
             for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
                 match (place, &mut member.held) {
                     (Place::Bucket { id, left, bucket }, Held::Bucket(state)) => {
                         let now = state.clock_at(moment);
                         match state.hold_standing(*id, self.permits, context.waker(), now) {
-                            Standing::Ready => {}
+                            Standing::Ready { since: at } => {
+                                since = since.max(instant_of(bucket.clock(), at));
+                            }
                             Standing::ReadyAt(at) => {
                                 ready = false;
                                 latest = latest.max(instant_of(bucket.clock(), at));
                             }
                             // It wakes this task once the hold reaches its head.
-                            Standing::Behind => ready = false,
+                            Standing::Behind => (ready, behind) = (false, true),
                             Standing::Left(outcome) => {
                                 *left = true;
                                 return Poll::Ready(Err(hold_left(member.member, outcome)));
@@ -317,6 +326,7 @@ impl<'a> Places<'a> {
                         }
                     }
                     (Place::Window(_), Held::Window { held, clock }) => {
+                        windows = true;
                         if let Some(at) = held.ready_at(self.permits) {
                             ready = false;
                             latest = latest.max(instant_of(clock, at));
@@ -329,11 +339,20 @@ impl<'a> Places<'a> {
                 return Poll::Ready(Ok(()));
             }
             if ready {
+                // Granted as of the instant every member admitted it from, however late
+                // the timer woke this task: each bucket since it held the tokens (its
+                // hold at the head), a window since the instant planned last, if any.
+                let from = match (windows, self.ready_since) {
+                    (false, _) => since,
+                    (true, Some(planned)) => since.max(Some(planned)),
+                    (true, None) => None,
+                };
                 for (place, member) in self.places.iter_mut().zip(held.iter_mut()) {
                     match (place, &mut member.held) {
                         (Place::Bucket { id, left, .. }, Held::Bucket(state)) => {
                             let now = state.clock_at(moment);
-                            state.commit_hold(*id, self.permits, now);
+                            let as_of = from.map_or(now, |from| state.clock_at(Moment::of(from)));
+                            state.commit_hold(*id, self.permits, as_of, now);
                             state.observer().admitted(self.permits);
                             *left = true;
                         }
@@ -349,6 +368,7 @@ impl<'a> Places<'a> {
                 return Poll::Ready(Ok(()));
             }
             drop(held);
+            self.ready_since = latest.filter(|_| !behind);
             // No timer under loom: the model moves the clock and polls again.
             let Some(deadline) = latest.filter(|_| !cfg!(loom)) else {
                 return Poll::Pending;
