@@ -11,6 +11,10 @@
 #[path = "common/http.rs"]
 mod common_http;
 
+// Drops while waiting, and durations of "never".
+#[path = "http_server/edges.rs"]
+mod edges;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicIsize, Ordering};

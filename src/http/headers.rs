@@ -23,10 +23,17 @@ const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit
 const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Whole seconds, rounded up: a client that waits that long is never early.
+/// Whole seconds, rounded up: a client that waits that long is never early. `Duration::MAX`
+/// (the crate's "never") saturates at `u64::MAX` seconds.
 pub(crate) fn seconds_rounded_up(duration: Duration) -> u64 {
-    duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+    (duration.as_secs()).saturating_add(u64::from(duration.subsec_nanos() > 0))
 }
+
+/// The largest Integer a Structured Field carries (RFC 9651, 3.3.1): fifteen digits. The
+/// draft's `q`, `w`, `r` and `t` are such Integers, and a field with a longer one is
+/// malformed as a whole, so each is said at most this: a quota or a remainder told
+/// short, a time told as 31 million years, rather than a field a client must ignore.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
 /// `Retry-After` for a refusal that could pass after `retry_after`: whole seconds,
 /// rounded up, and at least 1, since a refusal told to come back at once would be refused
@@ -96,8 +103,9 @@ impl Fields {
             }
             value.push_str(&quoted(name));
             // `w` is whole seconds, at least 1: a window under a second is said as 1.
-            let window = seconds_rounded_up(policy.window).max(1);
-            let _ = write!(value, ";q={};w={window}", policy.limit);
+            let window = seconds_rounded_up(policy.window).clamp(1, SF_INTEGER_MAX);
+            let quota = policy.limit.min(SF_INTEGER_MAX);
+            let _ = write!(value, ";q={quota};w={window}");
         }
         Fields {
             names: policies.iter().map(|(name, _)| quoted(name)).collect(),
@@ -126,9 +134,10 @@ impl Fields {
             }
             value.extend_from_slice(name.as_bytes());
             value.extend_from_slice(b";r=");
-            push_decimal(&mut value, quota.remaining);
+            push_decimal(&mut value, quota.remaining.min(SF_INTEGER_MAX));
             value.extend_from_slice(b";t=");
-            push_decimal(&mut value, seconds_rounded_up(quota.full_after));
+            let whole_after = seconds_rounded_up(quota.full_after);
+            push_decimal(&mut value, whole_after.min(SF_INTEGER_MAX));
             if binding.map_or(true, |(_, least)| quota.remaining < least.remaining) {
                 binding = Some((index, *quota));
             }

@@ -282,7 +282,7 @@ where
         // A turn that comes at `wait` exactly is within it; the timer's deadline is the
         // next tick after it, so that a grant due at `wait` lands first.
         let start = Instant::now();
-        let deadline = start + wait.saturating_add(Duration::from_nanos(1));
+        let deadline = later(start, wait.saturating_add(Duration::from_nanos(1)));
         let (outcome, decided_by) = match self.acquire_by(&key, cost, deadline).await {
             Ok(()) => (Ok(()), Limit::Key),
             Err((limit, Some(refusal))) => (Err(refusal), limit),
@@ -316,13 +316,19 @@ where
         let Some(global) = &self.global else {
             return Ok(());
         };
-        let counted_until = counts_until(self.keyed.quota(key), Instant::now());
+        // Refused, out of time, or dropped as it waits (the client hung up), the request
+        // gives the key its permits back.
+        let mut give_back = GiveBack {
+            keyed: &self.keyed,
+            key,
+            cost,
+            counted_until: counts_until(self.keyed.quota(key), Instant::now()),
+        };
         let waited = timeout_at(deadline, global.acquire(cost)).await;
-        if !matches!(waited, Ok(Ok(())))
-            && counted_until.is_some_and(|until| Instant::now() < until)
-        {
-            self.keyed.refund(key, cost);
+        if matches!(waited, Ok(Ok(()))) {
+            give_back.counted_until = None;
         }
+        drop(give_back);
         match waited {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err((Limit::Global, Some(self.refusal(error)))),
@@ -351,5 +357,34 @@ where
 /// could admit more than its limit; `None` for a limiter that reports no quota, which is
 /// never refunded.
 pub(crate) fn counts_until(quota: Option<Quota>, at: Instant) -> Option<Instant> {
-    quota.map(|quota| at + quota.full_after)
+    quota.map(|quota| later(at, quota.full_after))
+}
+
+/// `at + duration`; past what an `Instant` holds (`Duration::MAX` stands for "never"),
+/// an instant no timer reaches: 30 years on, as tokio's own "far future".
+pub(crate) fn later(at: Instant, duration: Duration) -> Instant {
+    const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+    at.checked_add(duration)
+        .unwrap_or_else(|| at + FAR_FUTURE.min(duration))
+}
+
+/// A key's permits taken for a request that then waits in the global line: given back
+/// when it is dropped, unless the wait was granted (`counted_until` then `None`), while
+/// they still count (see [`counts_until`]).
+struct GiveBack<'a, K: Hash + Eq, L: KeyTemplate> {
+    keyed: &'a Keyed<K, L>,
+    key: &'a K,
+    cost: u64,
+    counted_until: Option<Instant>,
+}
+
+impl<K: Hash + Eq, L: KeyTemplate> Drop for GiveBack<'_, K, L> {
+    fn drop(&mut self) {
+        if self
+            .counted_until
+            .is_some_and(|until| Instant::now() < until)
+        {
+            self.keyed.refund(self.key, self.cost);
+        }
+    }
 }

@@ -8,7 +8,9 @@ use tokio::time::{timeout_at, Instant};
 
 use super::key::KeyExtractor;
 use super::layer::{BuildError, RateLimitBuilder, RateLimitLayer};
-use super::limits::{private::Decide, refusal, refused_by, Decided, Limit, Outcome, Verdict};
+use super::limits::{
+    later, private::Decide, refusal, refused_by, Decided, Limit, Outcome, Verdict,
+};
 use super::response::RefusalKind;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::quota::{Decision, Policy};
@@ -277,7 +279,7 @@ where
         let key = key.to_string();
         Decided::Later(Box::pin(async move {
             let start = Instant::now();
-            let deadline = wait.map(|wait| start + wait);
+            let deadline = wait.map(|wait| later(start, wait));
             // The script first: a refusal writes nothing, so it may be asked again. Across
             // processes there is no line: ask again once Redis says the request could
             // pass, while that is within the bound.
@@ -286,7 +288,7 @@ where
                 let verdict = Self::try_decide(&per_key, member.as_ref(), &key, cost).await;
                 match (&verdict.outcome, deadline) {
                     (Err(RefusalKind::Limited { retry_after }), Some(deadline))
-                        if Instant::now() + *retry_after <= deadline =>
+                        if later(Instant::now(), *retry_after) <= deadline =>
                     {
                         tokio::time::sleep(*retry_after).await;
                         slept = true;
