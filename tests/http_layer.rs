@@ -14,37 +14,10 @@ use token_bucket::http::{
 use token_bucket::{ConfigError, FixedWindow, Rate, SlidingLog, TokenBucket};
 use tower::{Layer, Service, ServiceExt};
 
-/// The service behind the layer: answers 200 with an empty body.
-type OkService = tower::util::ServiceFn<
-    fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>>,
->;
+#[path = "common/layer.rs"]
+mod layer;
 
-fn ok_service() -> OkService {
-    tower::service_fn(|_request| std::future::ready(Ok(Response::new(String::new()))))
-}
-
-/// A request from `peer`, with `headers`.
-fn request_from(peer: &str, headers: &[(&str, &str)]) -> Request<()> {
-    let mut request = Request::get("/");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let mut request = request.body(()).unwrap();
-    let peer: IpAddr = peer.parse().unwrap();
-    request
-        .extensions_mut()
-        .insert(SocketAddr::new(peer, 40_000));
-    request
-}
-
-/// Sends `request` through `service` and returns its status and headers.
-async fn send<S>(service: &mut S, request: Request<()>) -> (StatusCode, HeaderMap)
-where
-    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
-{
-    let response = service.ready().await.unwrap().call(request).await.unwrap();
-    (response.status(), response.headers().clone())
-}
+use layer::{ok_service, request_from, send};
 
 fn text(headers: &HeaderMap, name: &str) -> Option<String> {
     Some(headers.get(name)?.to_str().unwrap().to_owned())

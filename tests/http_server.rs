@@ -11,6 +11,9 @@
 #[path = "common/http.rs"]
 mod common_http;
 
+#[path = "common/layer.rs"]
+mod layer;
+
 // Drops while waiting, and durations of "never".
 #[path = "http_server/edges.rs"]
 mod edges;

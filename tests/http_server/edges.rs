@@ -6,12 +6,13 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::pin;
 use std::task::Context;
 use std::time::Duration;
 
 use super::common_http::{client_from, hello, local, serve};
+use super::layer::{ok_service, request_from as request_with, send};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Empty;
 use hyper::body::Bytes;
@@ -24,29 +25,9 @@ use tower::{Layer, Service, ServiceExt};
 /// parse as a whole, so a client must ignore it (every policy in it, not only that one).
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
-type OkService = tower::util::ServiceFn<
-    fn(Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>>,
->;
-
-fn ok_service() -> OkService {
-    tower::service_fn(|_request| std::future::ready(Ok(Response::new(String::new()))))
-}
-
-fn request_from(peer: &str) -> Request<()> {
-    let mut request = Request::get("/").body(()).unwrap();
-    let peer: IpAddr = peer.parse().unwrap();
-    request
-        .extensions_mut()
-        .insert(SocketAddr::new(peer, 40_000));
-    request
-}
-
-async fn send<S>(service: &mut S, request: Request<()>) -> (StatusCode, HeaderMap)
-where
-    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
-{
-    let response = service.ready().await.unwrap().call(request).await.unwrap();
-    (response.status(), response.headers().clone())
+/// A request from `peer`.
+fn request_from_peer(peer: &str) -> Request<()> {
+    request_with(peer, &[])
 }
 
 fn text(headers: &HeaderMap, name: &str) -> String {
@@ -87,7 +68,7 @@ async fn a_request_dropped_in_the_global_line_gives_its_key_permits_back() {
     .unwrap();
     let mut service = layer.clone().layer(ok_service());
     // The first client spends the global window until 10 s.
-    let (status, _) = send(&mut service, request_from("192.0.2.1")).await;
+    let (status, _) = send(&mut service, request_from_peer("192.0.2.1")).await;
     assert_eq!(status, StatusCode::OK);
     let second = key("192.0.2.2");
     assert_eq!(layer.per_key().quota(&second).unwrap().remaining, 1);
@@ -97,7 +78,7 @@ async fn a_request_dropped_in_the_global_line_gives_its_key_permits_back() {
             .ready()
             .await
             .unwrap()
-            .call(request_from("192.0.2.2"));
+            .call(request_from_peer("192.0.2.2"));
         let mut future = pin!(future);
         let waker = futures::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
@@ -202,9 +183,9 @@ async fn a_window_that_never_ends_is_said_never_to_end() {
     .build()
     .unwrap();
     let mut service = layer.layer(ok_service());
-    let (status, _) = send(&mut service, request_from("192.0.2.1")).await;
+    let (status, _) = send(&mut service, request_from_peer("192.0.2.1")).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, headers) = send(&mut service, request_from("192.0.2.1")).await;
+    let (status, headers) = send(&mut service, request_from_peer("192.0.2.1")).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     let policy = text(&headers, "ratelimit-policy");
     let field = text(&headers, "ratelimit");
@@ -238,11 +219,11 @@ async fn waiting_up_to_duration_max_waits_its_turn() {
     .unwrap();
     let mut service = layer.layer(ok_service());
     let start = tokio::time::Instant::now();
-    let (status, _) = send(&mut service, request_from("192.0.2.1")).await;
+    let (status, _) = send(&mut service, request_from_peer("192.0.2.1")).await;
     assert_eq!(status, StatusCode::OK);
     let mut waiting = service.clone();
     let second = tokio::spawn(async move {
-        let (status, _) = send(&mut waiting, request_from("192.0.2.1")).await;
+        let (status, _) = send(&mut waiting, request_from_peer("192.0.2.1")).await;
         (status, start.elapsed())
     });
     assert_eq!(
@@ -275,7 +256,7 @@ async fn settling_on_a_limit_whole_again_only_in_centuries_does_not_panic() {
             .ready()
             .await
             .unwrap()
-            .call(request_from("192.0.2.1"))
+            .call(request_from_peer("192.0.2.1"))
             .await
             .unwrap();
         response.status()
