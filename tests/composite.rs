@@ -794,6 +794,50 @@ async fn composites_over_a_bucket_faster_than_the_timer_keep_its_rate() {
     assert_eq!(composed.stats().taken, 100);
 }
 
+/// A composite's hold that reaches a bucket's head because the hold ahead left unserved
+/// (its composite dropped) is granted as of that instant at the earliest, not back to
+/// when the one ahead reached the head. `b` holds 1 of capacity 1 at 1/s. Composite A
+/// over `b` and an empty hourly bucket heads `b`'s line from 0; composite B over `b` and
+/// a roomy bucket queues behind it at 5 s. A is dropped at 10 s, and B is granted then,
+/// as a plain take behind a dropped plain waiter would be: `b` holds 0 at 10 s, and a
+/// `try_take(1)` is refused. (The ledgers kept for A once served B as of 5 s: `b` had
+/// refilled by 10 s, and granted twice at one instant from a capacity of 1.)
+#[tokio::test(start_paused = true)]
+async fn a_hold_that_reaches_the_head_after_a_dropped_hold_is_not_granted_before_it() {
+    let start = Instant::now();
+    let b = bucket(Rate::per_second(1), 1, 1);
+    let slow = bucket(Rate::per_hour(1), 1, 0);
+    let roomy = bucket(Rate::per_second(1_000), 1_000, 1_000);
+
+    let first = {
+        let (b, slow) = (b.clone(), slow.clone());
+        tokio::spawn(async move {
+            tokio::time::timeout(secs(10), all((b, slow)).unwrap().acquire(1)).await
+        })
+    };
+    yield_until(|| b.stats().queued == 1).await;
+    tokio::time::sleep(secs(5)).await;
+    let second = {
+        let (b, roomy) = (b.clone(), roomy.clone());
+        tokio::spawn(async move {
+            let result = all((b, roomy)).unwrap().acquire(1).await;
+            (result, Instant::now())
+        })
+    };
+    yield_until(|| b.stats().queued == 2).await;
+
+    assert!(first.await.unwrap().is_err(), "the first times out at 10 s");
+    let (result, at) = second.await.unwrap();
+    assert_eq!((result.is_ok(), at - start), (true, secs(10)));
+    // b's token went to the second composite at 10 s: none is left at 10 s.
+    assert_eq!(Instant::now() - start, secs(10));
+    assert_eq!(b.available(), 0, "b refilled as if granted before 10 s");
+    assert!(
+        b.try_take(1).is_err(),
+        "a second grant at 10 s from capacity 1"
+    );
+}
+
 /// A time wheel is a member like the others: 2 permits per 4 slots of 250 ms. A permit
 /// holds requests back until the end of the slot a window after its own. Two are
 /// admitted at 0 (slot 0); the third waits until slot 4 ends, at 1.25 s, and a plain

@@ -137,9 +137,11 @@ pub(crate) struct Limits {
     held_from: Option<Box<Ledgers>>,
 }
 
-/// Every limit's ledger, in order: what [`Limits::held_from`] keeps.
+/// Every limit's ledger, in order, as hold `hold` reached the head: what
+/// [`Limits::held_from`] keeps.
 #[derive(Debug)]
 struct Ledgers {
+    hold: WaiterId,
     first: Ledger,
     others: Box<[Ledger]>,
 }
@@ -290,12 +292,14 @@ impl Limits {
         self.held_from = None;
     }
 
-    /// A composite's hold heads the queue: keeps the ledgers as they stand, unless kept
-    /// already (since when only time changed them).
+    /// Hold `hold` heads the queue: keeps the ledgers as they stand, unless kept for it
+    /// already (since when only time changed them). Those kept for another hold, which
+    /// left the head without taking, go: this one reached the head only now.
     #[inline]
-    pub(crate) fn hold_at_head(&mut self) {
-        if self.held_from.is_none() {
+    pub(crate) fn hold_at_head(&mut self, hold: WaiterId) {
+        if self.held_from.as_ref().map(|kept| kept.hold) != Some(hold) {
             self.held_from = Some(Box::new(Ledgers {
+                hold,
                 first: self.first.ledger.clone(),
                 others: self
                     .others
@@ -309,8 +313,8 @@ impl Limits {
     /// The first instant the ledgers kept as the hold reached the head held `tokens`, or
     /// `None` if none are kept: time alone changed them since, so from then on they hold
     /// `tokens` still.
-    pub(crate) fn held_ready_at(&self, tokens: u64) -> Option<u64> {
-        let kept = self.held_from.as_ref()?;
+    pub(crate) fn held_ready_at(&self, hold: WaiterId, tokens: u64) -> Option<u64> {
+        let kept = self.held_from.as_ref().filter(|kept| kept.hold == hold)?;
         let first = kept.first.ready_at(tokens, self.first.rate);
         let others = self.others.iter().zip(kept.others.iter());
         Some(others.fold(first, |latest, (limit, ledger)| {
@@ -324,11 +328,11 @@ impl Limits {
     /// the very state the ledgers passed through; the caller takes, then serves up to
     /// now. Without ledgers kept (anything else changed them meanwhile, and they were
     /// kept again at the current instant), nothing changes.
-    pub(crate) fn rewind(&mut self, tokens: u64, as_of: u64) {
-        let Some(kept) = self.held_from.take() else {
+    pub(crate) fn rewind(&mut self, hold: WaiterId, tokens: u64, as_of: u64) {
+        let Some(kept) = self.held_from.take().filter(|kept| kept.hold == hold) else {
             return;
         };
-        let Ledgers { first, others } = *kept;
+        let Ledgers { first, others, .. } = *kept;
         self.first.ledger = first;
         for (limit, ledger) in self.others.iter_mut().zip(others.into_vec()) {
             limit.ledger = ledger;

@@ -220,11 +220,8 @@ impl State {
         while let Some(head) = self.queue.head() {
             if head.kind == Kind::Hold {
                 // A composite's place: it holds the line until the composite decides,
-                // and is told once that it reached the head. The ledgers are kept as
-                // they stand, for a grant made as of an earlier instant than the
-                // composite's (see `commit_hold`).
-                self.limits.hold_at_head();
-                self.wake_hold_at_head();
+                // and is told once that it reached the head.
+                self.hold_at_head();
                 break;
             }
             let ready_at = self.limits.ready_at(head.tokens);
@@ -385,7 +382,7 @@ impl State {
         self.hold_woken = Some(id);
         let ready_at = self.limits.ready_at(tokens);
         if ready_at <= now {
-            let since = self.limits.held_ready_at(tokens).unwrap_or(now);
+            let since = self.limits.held_ready_at(id, tokens).unwrap_or(now);
             Standing::Ready { since }
         } else {
             Standing::ReadyAt(ready_at)
@@ -399,11 +396,12 @@ impl State {
     /// after. The grant is made as of `as_of` (or as of the instant the bucket held the
     /// tokens, if later), as a plain waiter's is made on the schedule however late it is
     /// seen: a late wake-up does not cost the bucket what it would have gained since had
-    /// it not been full. Those behind are served from then on, up to `now`.
+    /// it not been full. Those still behind are served from then on, up to `now` (one
+    /// whose deadline passed while the hold stood at the head has left, timed out).
     pub(crate) fn commit_hold(&mut self, id: WaiterId, tokens: u64, as_of: u64, now: u64) {
         debug_assert_eq!(self.queue.head_waiter().map(|(head, _)| head), Some(id));
         debug_assert!(self.limits.ready_at(tokens) <= now, "committed when ready");
-        self.limits.rewind(tokens, as_of.min(now));
+        self.limits.rewind(id, tokens, as_of.min(now));
         self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {
@@ -421,9 +419,12 @@ impl State {
         self.serve(now);
     }
 
-    /// Wakes the hold at the head, once.
-    fn wake_hold_at_head(&mut self) {
+    /// The hold at the head: wakes it, once, and keeps the ledgers as they stand, for a
+    /// grant made as of an earlier instant than its composite decides at (see
+    /// `commit_hold`).
+    fn hold_at_head(&mut self) {
         if let Some((id, waker)) = self.queue.head_waiter() {
+            self.limits.hold_at_head(id);
             if self.hold_woken != Some(id) {
                 self.wakers.push(waker.clone());
                 self.hold_woken = Some(id);
