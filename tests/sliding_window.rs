@@ -483,3 +483,23 @@ async fn never_more_permissive_than_the_exact_log_and_at_most_one_slot_stricter(
 async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
     limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(wheel(2), HOLD).await;
 }
+
+/// A refund that gives nothing back (the permit it would forget stopped counting) changes
+/// nothing, not even for a head due earlier whose task has not run yet: the wheel is not
+/// turned to the refund's instant, so the head is still recorded as of the instant its
+/// request fitted. A permit admitted at 0 counts through slot 10; the head behind it
+/// fits at 110 ms, and its task runs at 150 ms, after the refund. Recorded at 110 ms
+/// (slot 11), its permit counts through slot 21: at 150 ms a request waits 70 ms. (Once,
+/// the refund turned the wheel to 150 ms, and the head was recorded there: 110 ms.)
+#[tokio::test(start_paused = true)]
+async fn a_refund_of_nothing_does_not_push_back_a_due_head() {
+    let limiter = SlidingWindow::new(1, 10, ms(10)).unwrap();
+    limiter.try_acquire(1).unwrap();
+    let mut head = tokio_test::task::spawn(Limiter::acquire(&limiter, 1));
+    assert!(head.poll().is_pending());
+    advance(ms(150)).await;
+    limiter.refund(1);
+    assert!(matches!(head.poll(), std::task::Poll::Ready(Ok(()))));
+    drop(head);
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(70));
+}

@@ -351,8 +351,11 @@ impl Tally for Wheel {
     }
 
     fn forget_newest(&mut self, permits: u64, now: u64) {
-        self.advance(now);
-        let kept = self.counted_in_wheel().saturating_sub(permits);
+        // Not turned to `now`: a head due earlier, not yet woken, is still recorded as of
+        // the instant it fitted. Only permits still counted at `now` come back: a refund
+        // of permits that left already changes nothing.
+        let forgotten = permits.min(self.counted(now));
+        let kept = self.counted_in_wheel() - forgotten;
         let total = self.base.wrapping_add(kept);
         // Trim every slot whose running total passes the new one, newest first.
         let mut at = self.newest;
