@@ -341,3 +341,30 @@ async fn the_ring_is_allocated_lazily_and_never_holds_more_than_the_limit() {
 async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
     limiters::retry_after_is_zero_while_a_due_head_is_not_yet_woken(log(2, secs(1)), HOLD).await;
 }
+
+/// A waiter handed the head of the line but dropped before its task ran gives its turn up
+/// then: the waiter behind it begins its turn at the drop, as behind a head that gave up,
+/// not back at the instant the head before it was admitted. The first waiter is admitted
+/// at 1 s, and the lock passes to the second, which is dropped unpolled at 4 s; the third
+/// is admitted as of 4 s, so at 4 s a request waits a whole second. (Once, the third
+/// was admitted as of 2 s, over the turn the dropped one held from 1 s to 4 s.)
+#[tokio::test(start_paused = true)]
+async fn a_waiter_dropped_once_handed_the_head_gives_its_turn_up_then() {
+    let limiter = SlidingLog::new(1, ms(1_000)).unwrap();
+    limiter.try_acquire(1).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(1));
+    let mut second = tokio_test::task::spawn(limiter.acquire(1));
+    let mut third = tokio_test::task::spawn(limiter.acquire(1));
+    for waiter in [&mut first, &mut second, &mut third] {
+        assert!(waiter.poll().is_pending());
+    }
+    advance(ms(1_000)).await;
+    assert!(matches!(first.poll(), std::task::Poll::Ready(Ok(()))));
+    drop(first);
+    assert!(second.is_woken(), "handed the head");
+    advance(ms(3_000)).await;
+    drop(second);
+    assert!(matches!(third.poll(), std::task::Poll::Ready(Ok(()))));
+    drop(third);
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_000));
+}

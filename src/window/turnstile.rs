@@ -105,7 +105,7 @@ impl Turnstile {
     ) -> Result<(), AcquireError> {
         let joined_at = clock.now();
         let mut watch = Watch::new(observer, clock, joined_at);
-        let mut head = pin!(self.head.lock());
+        let mut head = pin!(Queuing::new(self, clock));
         // Join the record and the lock's queue in one step (the lock future queues on its
         // first poll), so that both hold the waiters in the same order.
         let (_in_line, first_poll) = poll_fn(|context| {
@@ -225,7 +225,7 @@ impl<'a> Watch<'a> {
 pub(crate) struct Queued<'a> {
     _in_line: InLine<'a>,
     clock: &'a Clock,
-    lock: Pin<Box<dyn Future<Output = MutexGuard<'a, u64>> + Send + 'a>>,
+    lock: Queuing<'a>,
     head: Option<MutexGuard<'a, u64>>,
     admitted_at: Option<u64>,
 }
@@ -244,7 +244,7 @@ impl<'a> Queued<'a> {
         let mut queued = Queued {
             _in_line: in_line,
             clock,
-            lock: Box::pin(turnstile.head.lock()),
+            lock: Queuing::new(turnstile, clock),
             head: None,
             admitted_at: None,
         };
@@ -255,7 +255,7 @@ impl<'a> Queued<'a> {
     /// Whether it is at the head; if not, `context`'s task is woken once it is.
     pub(crate) fn poll_head(&mut self, context: &mut Context<'_>) -> bool {
         if self.head.is_none() {
-            if let Poll::Ready(guard) = self.lock.as_mut().poll(context) {
+            if let Poll::Ready(guard) = Pin::new(&mut self.lock).poll(context) {
                 self.head = Some(guard);
             }
         }
@@ -272,6 +272,50 @@ impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if let Some(turn_began) = &mut self.head {
             **turn_began = self.admitted_at.unwrap_or_else(|| self.clock.now());
+        }
+    }
+}
+
+/// A waiter queued on the head's lock. Dropped once the lock was handed to it but before
+/// its task took it, it takes it then, so that the next head's turn begins now, as when a
+/// head gives up: else the next head would be admitted as of an instant before the turn
+/// this one held.
+struct Queuing<'a> {
+    /// `None` once it resolved.
+    lock: Option<Pin<Box<dyn Future<Output = MutexGuard<'a, u64>> + Send + 'a>>>,
+    clock: &'a Clock,
+}
+
+impl<'a> Queuing<'a> {
+    fn new(turnstile: &'a Turnstile, clock: &'a Clock) -> Queuing<'a> {
+        Queuing {
+            lock: Some(Box::pin(turnstile.head.lock())),
+            clock,
+        }
+    }
+}
+
+impl<'a> Future for Queuing<'a> {
+    type Output = MutexGuard<'a, u64>;
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(lock) = &mut self.lock else {
+            return Poll::Pending;
+        };
+        let guard = std::task::ready!(lock.as_mut().poll(context));
+        self.lock = None;
+        Poll::Ready(guard)
+    }
+}
+
+impl Drop for Queuing<'_> {
+    fn drop(&mut self) {
+        let Some(lock) = &mut self.lock else {
+            return;
+        };
+        let mut context = Context::from_waker(futures::task::noop_waker_ref());
+        if let Poll::Ready(mut turn_began) = lock.as_mut().poll(&mut context) {
+            *turn_began = self.clock.now();
         }
     }
 }
