@@ -861,3 +861,54 @@ async fn a_sliding_window_member_waits_for_its_slot_to_turn() {
     assert_eq!(at - start, ms(2_500));
     assert_eq!(bucket.stats().taken, 3);
 }
+
+/// 30 composites over a bucket of 10,000 a second holding at most 1 (and a roomy one),
+/// queued at 0; the clock is moved 500 µs, where `try_take(0)` is called on the bucket if
+/// `zero`; returns when each composite was seen. The n-th is due at n × 100 µs, and after
+/// the 500 µs step the timer's ticks fall at 1.5, 2.5 and 3.5 ms.
+async fn composites_seen_around_a_try_of_nothing(zero: bool) -> Vec<Duration> {
+    let fast = bucket(Rate::per_second(10_000), 1, 0);
+    let roomy = bucket(Rate::per_second(1_000_000), 1_000_000, 1_000_000);
+    let composites: Vec<_> = (0..30).map(|_| spawn_both(&fast, &roomy, 1)).collect();
+    yield_until(|| fast.stats().queued == 30).await;
+    tokio::time::advance(Duration::from_micros(500)).await;
+    if zero {
+        fast.try_take(0).unwrap();
+    }
+    let mut seen = Vec::new();
+    for composite in composites {
+        let (result, at) = composite.await.unwrap();
+        result.unwrap();
+        seen.push(at);
+    }
+    assert_eq!(fast.stats().taken, 30);
+    seen
+}
+
+/// The n-th composite's tick: the first of 1.5, 2.5, 3.5 ms at or after n × 100 µs.
+fn ticks_of_composites_due_every_100_us() -> Vec<Duration> {
+    (1u64..=30)
+        .map(|nth| {
+            let after_step = (nth * 100).saturating_sub(500);
+            Duration::from_micros((after_step.div_ceil(1_000) * 1_000 + 500).max(1_500))
+        })
+        .collect()
+}
+
+/// Each composite is granted as of the instant the bucket held its token (n × 100 µs),
+/// so 15 are seen at the 1.5 ms tick, 10 at 2.5 ms, 5 at 3.5 ms.
+#[tokio::test(start_paused = true)]
+async fn composites_faster_than_the_timer_are_seen_at_the_tick_after_their_token() {
+    let seen = composites_seen_around_a_try_of_nothing(false).await;
+    assert_eq!(seen, ticks_of_composites_due_every_100_us());
+}
+
+/// The same with a `try_take(0)` on the bucket at 500 µs, while the first composite's hold
+/// heads its line. It takes nothing, so it moves no grant: the same ticks. (Once, taking
+/// zero tokens forgot the ledgers kept as the hold reached the head: they were kept again
+/// at 500 µs, and 11 composites were seen by the 1.5 ms tick instead of 15.)
+#[tokio::test(start_paused = true)]
+async fn a_try_take_of_nothing_does_not_push_back_composites_granted_as_of_earlier() {
+    let seen = composites_seen_around_a_try_of_nothing(true).await;
+    assert_eq!(seen, ticks_of_composites_due_every_100_us());
+}

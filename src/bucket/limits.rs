@@ -342,9 +342,13 @@ impl Limits {
         self.advance(at);
     }
 
-    /// Removes `tokens` from every limit; the caller has checked they are held.
+    /// Removes `tokens` from every limit; the caller has checked they are held. Taking none
+    /// changes nothing, not even what is remembered (a waiting composite's ledgers).
     #[inline]
     pub(crate) fn take(&mut self, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
         self.changed();
         self.first.ledger.take(tokens);
         for limit in self.others.iter_mut() {
@@ -439,15 +443,19 @@ impl Limits {
     /// room for since (see `unseen.rs`). `false` when the grant is not recorded (none was
     /// made, or it was forgotten): nothing comes back.
     pub(crate) fn give_back_unseen(&mut self, id: WaiterId) -> bool {
-        self.changed();
-        let mut recorded = false;
+        let (mut recorded, mut returned) = (false, false);
         for limit in self.iter_mut() {
             let period = limit.rate.period_nanos();
             let headroom = limit.headroom();
             if let Some(parts) = limit.unseen.give_back(id, headroom, period) {
                 limit.ledger.give_back_parts(parts, period);
                 recorded = true;
+                returned |= parts > 0;
             }
+        }
+        // Only a change to what the ledgers hold forgets what was remembered of them.
+        if returned {
+            self.changed();
         }
         recorded
     }
