@@ -368,3 +368,37 @@ async fn a_waiter_dropped_once_handed_the_head_gives_its_turn_up_then() {
     drop(third);
     assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_000));
 }
+
+/// The same as `a_waiter_dropped_once_handed_the_head_gives_its_turn_up_then`, but the
+/// task that drops the second waiter has spent its cooperative budget (tokio gives a task
+/// 128 operations a poll; a busy task that read a channel, say, then drops a waiter whose
+/// `timeout` fired). The turn is given up at the drop all the same: the third is admitted
+/// as of 4 s, and a request at 4 s waits a whole second. (Polled within the budget, the
+/// lock's future answered `Pending` though it was handed over, and the third was admitted
+/// as of 2 s.)
+#[tokio::test(start_paused = true)]
+async fn a_waiter_dropped_once_handed_the_head_gives_its_turn_up_even_out_of_budget() {
+    let limiter = SlidingLog::new(1, ms(1_000)).unwrap();
+    limiter.try_acquire(1).unwrap();
+    let mut first = tokio_test::task::spawn(limiter.acquire(1));
+    let mut second = tokio_test::task::spawn(limiter.acquire(1));
+    let mut third = tokio_test::task::spawn(limiter.acquire(1));
+    for waiter in [&mut first, &mut second, &mut third] {
+        assert!(waiter.poll().is_pending());
+    }
+    advance(ms(1_000)).await;
+    assert!(matches!(first.poll(), std::task::Poll::Ready(Ok(()))));
+    drop(first);
+    assert!(second.is_woken(), "handed the head");
+    advance(ms(3_000)).await;
+    // This task's budget spent, as a busy task's may be when it drops a waiter.
+    while tokio::task::coop::has_budget_remaining() {
+        tokio::task::coop::consume_budget().await;
+    }
+    drop(second);
+    // A fresh poll of this task, with a fresh budget.
+    tokio::task::yield_now().await;
+    assert!(matches!(third.poll(), std::task::Poll::Ready(Ok(()))));
+    drop(third);
+    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_000));
+}

@@ -314,7 +314,10 @@ impl Drop for Queuing<'_> {
             return;
         };
         let mut context = Context::from_waker(futures::task::noop_waker_ref());
-        if let Poll::Ready(mut turn_began) = lock.as_mut().poll(&mut context) {
+        // Outside the task's cooperative budget: spent, tokio's lock answers `Pending`
+        // though it was handed over, and the turn would pass on unbegun.
+        let mut lock = tokio::task::unconstrained(lock.as_mut());
+        if let Poll::Ready(mut turn_began) = Pin::new(&mut lock).poll(&mut context) {
             *turn_began = self.clock.now();
         }
     }
