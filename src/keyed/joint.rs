@@ -55,8 +55,10 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// [`Limiter::quota`]'s.
     ///
     /// On a key held whole (someone waits in its line, a template without a one-word
-    /// form, a handle from `get` alive), the key's limiter and `global` are decided by a
-    /// composite ([`all`]): all or nothing, behind the waiters of either line. Both
+    /// form, a handle from `get` alive), the key's limiter and `global` are decided as a
+    /// composite's try decides (`composite::try_each`), under both their locks: all or
+    /// nothing, behind the waiters of either line, and neither given a part in
+    /// composites. Both
     /// quotas are then read right after the decision, so a request for the same key or
     /// the global limiter on another thread may slip in between. A limiter that is not
     /// one of the crate's (which a composite cannot hold) is decided in turn, the key
