@@ -346,59 +346,37 @@ async fn retry_after_is_zero_while_a_due_head_is_not_yet_woken() {
 /// then: the waiter behind it begins its turn at the drop, as behind a head that gave up,
 /// not back at the instant the head before it was admitted. The first waiter is admitted
 /// at 1 s, and the lock passes to the second, which is dropped unpolled at 4 s; the third
-/// is admitted as of 4 s, so at 4 s a request waits a whole second. (Once, the third
-/// was admitted as of 2 s, over the turn the dropped one held from 1 s to 4 s.)
+/// is admitted as of 4 s, so at 4 s a request waits a whole second. The same when the
+/// task that drops it has spent its cooperative budget (tokio gives a task 128 operations
+/// a poll; a busy task that read a channel, say, then drops a waiter whose `timeout`
+/// fired). (Once, the third was admitted as of 2 s, over the turn the dropped one held;
+/// then again only out of budget, where tokio's lock answers `Pending` though handed
+/// over.)
 #[tokio::test(start_paused = true)]
 async fn a_waiter_dropped_once_handed_the_head_gives_its_turn_up_then() {
-    let limiter = SlidingLog::new(1, ms(1_000)).unwrap();
-    limiter.try_acquire(1).unwrap();
-    let mut first = tokio_test::task::spawn(limiter.acquire(1));
-    let mut second = tokio_test::task::spawn(limiter.acquire(1));
-    let mut third = tokio_test::task::spawn(limiter.acquire(1));
-    for waiter in [&mut first, &mut second, &mut third] {
-        assert!(waiter.poll().is_pending());
+    for out_of_budget in [false, true] {
+        let limiter = SlidingLog::new(1, ms(1_000)).unwrap();
+        limiter.try_acquire(1).unwrap();
+        let mut first = tokio_test::task::spawn(limiter.acquire(1));
+        let mut second = tokio_test::task::spawn(limiter.acquire(1));
+        let mut third = tokio_test::task::spawn(limiter.acquire(1));
+        for waiter in [&mut first, &mut second, &mut third] {
+            assert!(waiter.poll().is_pending());
+        }
+        advance(ms(1_000)).await;
+        assert!(matches!(first.poll(), std::task::Poll::Ready(Ok(()))));
+        drop(first);
+        assert!(second.is_woken(), "handed the head");
+        advance(ms(3_000)).await;
+        while out_of_budget && tokio::task::coop::has_budget_remaining() {
+            tokio::task::coop::consume_budget().await;
+        }
+        drop(second);
+        // A fresh poll of this task, with a fresh budget.
+        tokio::task::yield_now().await;
+        assert!(matches!(third.poll(), std::task::Poll::Ready(Ok(()))));
+        drop(third);
+        let waits = retry_after(limiter.try_acquire(1));
+        assert_eq!(waits, ms(1_000), "out of budget: {out_of_budget}");
     }
-    advance(ms(1_000)).await;
-    assert!(matches!(first.poll(), std::task::Poll::Ready(Ok(()))));
-    drop(first);
-    assert!(second.is_woken(), "handed the head");
-    advance(ms(3_000)).await;
-    drop(second);
-    assert!(matches!(third.poll(), std::task::Poll::Ready(Ok(()))));
-    drop(third);
-    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_000));
-}
-
-/// The same as `a_waiter_dropped_once_handed_the_head_gives_its_turn_up_then`, but the
-/// task that drops the second waiter has spent its cooperative budget (tokio gives a task
-/// 128 operations a poll; a busy task that read a channel, say, then drops a waiter whose
-/// `timeout` fired). The turn is given up at the drop all the same: the third is admitted
-/// as of 4 s, and a request at 4 s waits a whole second. (Polled within the budget, the
-/// lock's future answered `Pending` though it was handed over, and the third was admitted
-/// as of 2 s.)
-#[tokio::test(start_paused = true)]
-async fn a_waiter_dropped_once_handed_the_head_gives_its_turn_up_even_out_of_budget() {
-    let limiter = SlidingLog::new(1, ms(1_000)).unwrap();
-    limiter.try_acquire(1).unwrap();
-    let mut first = tokio_test::task::spawn(limiter.acquire(1));
-    let mut second = tokio_test::task::spawn(limiter.acquire(1));
-    let mut third = tokio_test::task::spawn(limiter.acquire(1));
-    for waiter in [&mut first, &mut second, &mut third] {
-        assert!(waiter.poll().is_pending());
-    }
-    advance(ms(1_000)).await;
-    assert!(matches!(first.poll(), std::task::Poll::Ready(Ok(()))));
-    drop(first);
-    assert!(second.is_woken(), "handed the head");
-    advance(ms(3_000)).await;
-    // This task's budget spent, as a busy task's may be when it drops a waiter.
-    while tokio::task::coop::has_budget_remaining() {
-        tokio::task::coop::consume_budget().await;
-    }
-    drop(second);
-    // A fresh poll of this task, with a fresh budget.
-    tokio::task::yield_now().await;
-    assert!(matches!(third.poll(), std::task::Poll::Ready(Ok(()))));
-    drop(third);
-    assert_eq!(retry_after(limiter.try_acquire(1)), ms(1_000));
 }
