@@ -228,6 +228,7 @@ pub trait Limiter: Send + Sync + 'static {
 /// impl KeyTemplate for Logged {
 ///     fn is_idle(&self) -> bool { self.0.is_idle() }
 ///     fn fresh(&self) -> Logged { Logged(self.0.fresh()) }
+///     fn is_shared(&self) -> bool { self.0.is_shared() }
 /// }
 ///
 /// let per_user: Keyed<u32, Logged> =
@@ -246,6 +247,33 @@ pub trait KeyTemplate: Limiter {
     /// windows). A window limiter's copy keeps the template's window (or slot)
     /// boundaries, so every copy of one template behaves the same once idle.
     fn fresh(&self) -> Self;
+
+    /// Whether anything besides this handle refers to the limiter's state: a clone of
+    /// it, or a future or adapter made from one. [`Keyed`](crate::Keyed) forgets a key,
+    /// or folds it back into its word, only while nothing but its table refers to the
+    /// key's limiter: a clone that went on taking from the old limiter once the key came
+    /// back fresh would let the key grant twice.
+    ///
+    /// Every limiter of the crate answers it. The default, `false`, is right for a
+    /// limiter whose clones share nothing; one that wraps a limiter of the crate (or
+    /// shares its state in any other way) must forward it, as the example above does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use token_bucket::{KeyTemplate, Rate, TokenBucket};
+    ///
+    /// let bucket = TokenBucket::new(Rate::per_second(1), 1)?;
+    /// assert!(!bucket.is_shared());
+    /// let clone = bucket.clone();
+    /// assert!(bucket.is_shared());
+    /// drop(clone);
+    /// assert!(!bucket.is_shared());
+    /// # Ok::<(), token_bucket::ConfigError>(())
+    /// ```
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// A limiter's state as one plain `u64`, as [`Keyed`](crate::Keyed) holds a key nobody

@@ -12,6 +12,9 @@ use std::thread;
 use std::time::Duration;
 
 mod common;
+// A key held by a handle, a clone or a future: tests/keyed/held.rs.
+#[path = "keyed/held.rs"]
+mod held;
 
 use common::{assert_now, ms, secs, yield_until};
 use token_bucket::{
@@ -675,37 +678,40 @@ fn waiters_takers_and_the_sweeper_together_never_pass_a_keys_budget() {
 /// a bucket the key no longer read: thousands of tokens granted twice a second.)
 #[test]
 fn a_weak_handle_upgraded_while_its_key_is_asked_grants_no_token_twice() {
+    race_against_the_key(|keyed, stop| {
+        let (mut weak, mut granted) = (std::sync::Weak::new(), 0);
+        while !stop.load(Ordering::Relaxed) {
+            match weak.upgrade() {
+                Some(handle) => granted += u64::from(TokenBucket::try_take(&handle, 1).is_ok()),
+                None => weak = Arc::downgrade(&keyed.get(&0).expect("held")),
+            }
+        }
+        granted
+    });
+}
+
+/// For a second of real time, `side` takes from key 0 of a `Keyed` on one thread (until
+/// told to stop, returning what it was granted) while `try_acquire` asks the key on
+/// another: the grants and what is left never pass the capacity plus what accrued.
+pub fn race_against_the_key(side: impl Fn(&Keyed<u8, TokenBucket>, &AtomicBool) -> u64 + Sync) {
     // One token a second, so at most a couple accrue during the race.
     let capacity = 100_000_000;
     let keyed: Keyed<u8, TokenBucket> =
         Keyed::new(TokenBucket::new(Rate::per_second(1), capacity).unwrap());
     keyed.try_acquire(&0, 0).unwrap();
-    let (granted, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let stop = AtomicBool::new(false);
     let start = std::time::Instant::now();
-    thread::scope(|scope| {
-        let (keyed, granted, stop) = (&keyed, &granted, &stop);
-        scope.spawn(move || {
-            let mut weak = std::sync::Weak::new();
-            while !stop.load(Ordering::Relaxed) {
-                match weak.upgrade() {
-                    Some(handle) => {
-                        if TokenBucket::try_take(&handle, 1).is_ok() {
-                            granted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    None => weak = Arc::downgrade(&keyed.get(&0).expect("held")),
-                }
-            }
-        });
+    let granted = thread::scope(|scope| {
+        let (keyed, stop, side) = (&keyed, &stop, &side);
+        let other = scope.spawn(move || side(keyed, stop));
+        let mut granted = 0;
         while start.elapsed() < Duration::from_secs(1) {
-            if keyed.try_acquire(&0, 1).is_ok() {
-                granted.fetch_add(1, Ordering::Relaxed);
-            }
+            granted += u64::from(keyed.try_acquire(&0, 1).is_ok());
         }
         stop.store(true, Ordering::Relaxed);
+        granted + other.join().expect("the other side ran")
     });
     let accrued = start.elapsed().as_secs() + 1;
-    let granted = granted.into_inner();
     let left = keyed.quota(&0).unwrap().remaining;
     assert!(
         granted + left <= capacity + accrued,

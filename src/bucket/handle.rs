@@ -871,6 +871,13 @@ impl TokenBucket {
         self.shared.leave(id, request, why)
     }
 
+    /// Whether anything but this handle holds the bucket: another handle, a future (which
+    /// holds the bucket, not the handle), an adapter, or the refill task as it serves.
+    /// The refill task's own reference is weak, and the gauge of a named bucket's too.
+    pub(crate) fn is_shared_elsewhere(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
+    }
+
     /// A new, full bucket with this one's limits and queue limit.
     pub(crate) fn fresh_full(&self) -> TokenBucket {
         let queue_limit = self.shared.queue_limit;

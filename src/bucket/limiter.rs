@@ -124,4 +124,10 @@ impl KeyTemplate for TokenBucket {
     fn fresh(&self) -> TokenBucket {
         self.fresh_full()
     }
+
+    /// Another handle, a future (a queued `take` holds the bucket, not the handle it was
+    /// made from), an adapter, or a refill task serving it right now.
+    fn is_shared(&self) -> bool {
+        self.is_shared_elsewhere()
+    }
 }

@@ -85,7 +85,9 @@ use crate::sync::{AtomicUsize, Identity, Mutex};
 /// template's: at once when the last `acquire` that waited in its line ends (served or
 /// dropped), and otherwise at the key's next `try_acquire` or `acquire`, or at the next
 /// sweep (automatic, or [`retain_recent`](Keyed::retain_recent)). A handle from `get`
-/// keeps the key whole while it lives, and a rate or capacity changed through it keeps the
+/// keeps the key whole while it lives, and so does a clone of the limiter inside it or a
+/// future made from either: "nobody else holds it" is checked under the shard's lock,
+/// of everything that refers to the limiter ([`KeyTemplate::is_shared`](crate::KeyTemplate::is_shared)). A rate or capacity changed through it keeps the
 /// key whole, with its own settings, until it is forgotten.
 ///
 /// Which templates have the compact form: a `TokenBucket` of one limit whose full

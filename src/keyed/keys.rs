@@ -231,15 +231,13 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     ///
     /// A key held as a word is made whole for the handle: a whole limiter holding exactly
     /// what the word held. The key is neither forgotten nor folded back into its word
-    /// while the returned `Arc` or a `Weak` of it lives (one could be upgraded into a
-    /// handle on a bucket the key no longer reads); once they are dropped, the key folds
-    /// back at its next
-    /// `try_acquire` or `acquire`, as a wait in its line ends, or at a sweep (see
-    /// [how a key is held](Keyed#how-a-key-is-held)). Keep the `Arc`, not a clone of the
-    /// limiter inside it: a `TokenBucket`
-    /// cloned out of it stays tied to that bucket but does not keep the key, which may
-    /// then fold back into its word or be forgotten, leaving the clone on a bucket of
-    /// its own. Settings changed through it (a bucket's
+    /// while anything but its table refers to that limiter: the returned `Arc`, a `Weak`
+    /// of it (one could be upgraded into a handle on a bucket the key no longer reads), a
+    /// clone of the limiter inside it, or a future made from either (a `take` holds the
+    /// bucket, not the handle it came from). So the key never grants more than one
+    /// limiter of the template would, whatever a caller keeps. Once they are all gone,
+    /// the key folds back at its next `try_acquire` or `acquire`, as a wait in its line
+    /// ends, or at a sweep (see [how a key is held](Keyed#how-a-key-is-held)). Settings changed through it (a bucket's
     /// [`set_rate`](crate::TokenBucket::set_rate) or
     /// [`set_capacity`](crate::TokenBucket::set_capacity)) keep the key whole, with its
     /// own settings, but last only while the key is held: once its limiter is idle it may

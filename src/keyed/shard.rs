@@ -90,15 +90,17 @@ impl<L> Wholes<L> {
     }
 }
 
-/// Whether the table's handle on `limiter` is the only one: no other `Arc`, and no `Weak`
-/// that could make one without the lock. It stays so while the shard is locked, as a new
-/// handle is then cloned only under the lock. `Arc::get_mut` checks both at once (a
-/// strong count of 1 read beside a weak count of 0 could miss a `Weak` upgraded and
-/// dropped in between) and acquires what the other handles' holders did to the limiter,
-/// so the fold or the sweep that reads it next sees it all.
+/// Whether nothing but the table refers to `limiter`: no other `Arc` of it, no `Weak`
+/// that could make one without the lock, and no clone of the limiter inside (or future
+/// made from one) that shares its state ([`KeyTemplate::is_shared`]). It stays so while
+/// the shard is locked: a new `Arc` is cloned only under the lock, and a clone of the
+/// limiter only from an `Arc`. `Arc::get_mut` checks the first two at once (a strong
+/// count of 1 read beside a weak count of 0 could miss a `Weak` upgraded and dropped in
+/// between) and acquires what the other handles' holders did to the limiter, so the
+/// fold or the sweep that reads it next sees it all.
 #[inline]
-fn held_by_table_alone<L>(limiter: &mut Arc<L>) -> bool {
-    Arc::get_mut(limiter).is_some()
+fn held_by_table_alone<L: KeyTemplate>(limiter: &mut Arc<L>) -> bool {
+    Arc::get_mut(limiter).is_some_and(|limiter| !limiter.is_shared())
 }
 
 fn index(entry: u64) -> usize {
@@ -150,7 +152,7 @@ pub(super) struct Slot<'s, L> {
     pub(super) base: u64,
 }
 
-impl<L: Limiter> Slot<'_, L> {
+impl<L: KeyTemplate> Slot<'_, L> {
     /// The key's word, first folding its whole limiter into one if it may be one again:
     /// the map holds the only handle on it, nobody waits on it, and its settings are the
     /// template's. `None` while it is held whole.

@@ -925,6 +925,11 @@ impl crate::limiter::KeyTemplate for FixedWindow {
         let shared = &self.shared;
         FixedWindow::with_clock(shared.limit, shared.window, shared.clock.clone())
     }
+
+    /// Another handle: a clone, or one inside a future or adapter.
+    fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
+    }
 }
 
 impl fmt::Debug for FixedWindow {

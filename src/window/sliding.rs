@@ -364,6 +364,11 @@ impl<T: Tally> Sliding<T> {
         !self.shared.turnstile.is_waiting() && tally.fits(self.shared.settings.limit, now)
     }
 
+    /// Whether another handle (a clone, or one inside a future) holds the shared state.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.shared) > 1
+    }
+
     /// A new, empty limiter on this one's clock: a time wheel's slots stay aligned to the
     /// template's, so a fresh copy behaves exactly as the template would when empty.
     /// Unnamed, as every fresh limiter is.
@@ -854,6 +859,10 @@ macro_rules! impl_limiter {
                 $limiter {
                     sliding: self.sliding.fresh(),
                 }
+            }
+
+            fn is_shared(&self) -> bool {
+                self.sliding.is_shared()
             }
         }
 
