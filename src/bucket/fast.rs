@@ -26,6 +26,14 @@
 //! seized, and no compare-and-swap succeeds while the word is seized (each expects an
 //! open word), so a taker on the fast path never passes a waiter.
 //!
+//! The next bit, [`RECORD`], says that a grant made to a waiter is not seen yet (see
+//! `unseen.rs`): a taker then notes the room it found before it takes (the least such
+//! room, in one atomic beside the word), as the lock's holder notes it before every take
+//! of its own, and the lock's holder reads that note when it next seizes the word. The
+//! bit is in the word so that the compare-and-swap that takes checks it: a taker that
+//! read the word before a grant was made cannot take without noting, whatever value the
+//! word comes back to. So a grant left unread, even for good, keeps no take from the word.
+//!
 //! # Why a taker is never fooled by a change of settings
 //!
 //! The settings the word is read with (its units, the capacity, the instant and units
@@ -53,9 +61,9 @@
 //! (less what the bucket holds), so the word has a life: the highest value it holds
 //! climbs `per_nanosecond` units a nanosecond while the bucket is taken from, and each
 //! change of settings spends up to a full bucket more. At one unit a nanosecond (any rate
-//! whose amount divides its period's nanoseconds, such as 1,000/s) 2<sup>63</sup> units
-//! last 292 years; at 1,001/s, 106 days; at 2<sup>30</sup> bytes a second (2<sup>21</sup>
-//! units a nanosecond), 73 minutes. A word past its horizon starts a new era from the
+//! whose amount divides its period's nanoseconds, such as 1,000/s) 2<sup>62</sup> units
+//! last 146 years; at 1,001/s, 53 days; at 2<sup>30</sup> bytes a second (2<sup>21</sup>
+//! units a nanosecond), 36 minutes. A word past its horizon starts a new era from the
 //! highest value it held, which gives back the time nobody took from it; once less than
 //! a second of units is left above that value, the word is *spent*: it stays seized, and
 //! the lock serves the bucket for good, as exactly and a little slower (a byte throttle
@@ -75,8 +83,11 @@ use crate::sync::{AtomicBool, AtomicU64};
 
 /// The state behind the lock is the authority; see the module's docs.
 const LOCKED: u64 = 1 << 63;
+/// A grant is unseen: a taker notes the room it found (see the module's docs). In the
+/// word, so that the compare-and-swap that takes checks it too.
+const RECORD: u64 = 1 << 62;
 /// `empty_at`, in the units of the word's era.
-const VALUE_MASK: u64 = LOCKED - 1;
+const VALUE_MASK: u64 = RECORD - 1;
 
 /// What one attempt decided: taken, or refused, with why and the units of the word it
 /// was refused on (what its `retry_after` is counted in).
@@ -116,6 +127,9 @@ pub(crate) struct FastPath {
     rate_period: AtomicU64,
     /// The highest value the word has held: read and written by the lock's holder alone.
     highest: AtomicU64,
+    /// While the word has [`RECORD`] set: the least room (a full bucket less what it
+    /// held, in the era's units) a taker found before taking; `u64::MAX` for none.
+    least_room: AtomicU64,
     /// The word's life is spent (see the module's docs): it stays seized. The lock's
     /// holder's alone.
     spent: AtomicBool,
@@ -125,7 +139,7 @@ impl FastPath {
     /// A word that holds `ledger`, or stays seized when the settings do not fit it.
     pub(crate) fn new(ledger: &Ledger, rate: Rate, capacity: u64) -> FastPath {
         let fast = FastPath::seized();
-        fast.publish(ledger, rate, capacity);
+        fast.publish(ledger, rate, capacity, false);
         fast
     }
 
@@ -143,6 +157,7 @@ impl FastPath {
             rate_amount: AtomicU64::new(0),
             rate_period: AtomicU64::new(0),
             highest: AtomicU64::new(0),
+            least_room: AtomicU64::new(u64::MAX),
             spent: AtomicBool::new(false),
         }
     }
@@ -232,7 +247,14 @@ impl FastPath {
                     // The word is open, so the bucket is; and taking nothing passes nobody
                     // and changes nothing, so it writes nothing.
                     if tokens > 0 {
-                        if !self.swap(&seen, end) {
+                        if seen.word & RECORD != 0 {
+                            // Before the swap, so that a seize after it finds the note;
+                            // one left by a swap that fails is lower than needed, never
+                            // higher.
+                            let room = units.room(seen.empty_at(), now_units);
+                            self.least_room.fetch_min(room, AcqRel);
+                        }
+                        if !self.swap(&seen, end | (seen.word & RECORD)) {
                             continue;
                         }
                         self.counters.add(Count::Taken, tokens);
@@ -293,6 +315,15 @@ impl FastPath {
         Some((rate, seen.units.capacity, tokens))
     }
 
+    /// The least room takers found since the word was published with [`RECORD`], in
+    /// parts of a token of `rate` (see `unseen.rs`); `None` when none took. Read by the
+    /// lock's holder once it has seized the word, and forgotten.
+    pub(crate) fn least_room_taken(&self, rate: Rate) -> Option<u128> {
+        let room = self.least_room.swap(u64::MAX, AcqRel);
+        let scale = rate.period_nanos() / u128::from(self.per_token.load(Relaxed));
+        (room != u64::MAX).then(|| u128::from(room) * scale)
+    }
+
     /// Seizes the word for the lock's holder. When the word held the state, returns the
     /// ledger it is worth at `now`, which becomes the authority until it is published.
     pub(crate) fn seize(&self, now: u64, rate: Rate) -> Option<Ledger> {
@@ -311,9 +342,10 @@ impl FastPath {
     }
 
     /// Hands the state back to the word; called by the lock's holder when nobody waits
-    /// and the bucket is open. Leaves the word seized when `rate` and `capacity` do not
-    /// fit it, or when its life is spent.
-    pub(crate) fn publish(&self, ledger: &Ledger, rate: Rate, capacity: u64) {
+    /// and the bucket is open, with `record` while a grant is unseen (takers then note
+    /// the room they find). Leaves the word seized when `rate` and `capacity` do not fit
+    /// it, or when its life is spent.
+    pub(crate) fn publish(&self, ledger: &Ledger, rate: Rate, capacity: u64, record: bool) {
         debug_assert!(
             self.word.load(Relaxed) & LOCKED != 0,
             "only the lock's holder publishes"
@@ -349,8 +381,11 @@ impl FastPath {
             .empty_at(ledger, rate)
             .expect("the ledger's instant is inside the era's horizon");
         self.note_highest(empty_at);
-        // Release: whoever reads this word reads the settings above with it.
-        self.word.store(empty_at, Release);
+        self.least_room.store(u64::MAX, Relaxed);
+        let record = if record { RECORD } else { 0 };
+        // Release: whoever reads this word reads the settings above (and the forgotten
+        // room) with it.
+        self.word.store(empty_at | record, Release);
     }
 
     /// Writes the settings of a new era, while the word is seized.
@@ -438,7 +473,7 @@ mod tests {
     ) -> Result<(), TryTakeError> {
         let mut ledger = fast.seize(now, rate).expect("nobody else holds it");
         let result = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
-        fast.publish(&ledger, rate, capacity);
+        fast.publish(&ledger, rate, capacity, false);
         result
     }
 
@@ -578,14 +613,14 @@ mod tests {
         assert_eq!(try_take(&fast, 1, SECOND), None);
         assert!(!fast.take_now(1, SECOND));
         assert_eq!(fast.settings_and_tokens(SECOND), None);
-        fast.publish(&ledger, rate, 5);
+        fast.publish(&ledger, rate, 5, false);
         assert_eq!(try_take(&fast, 1, SECOND), Some(Ok(())));
         assert_eq!(fast.available(SECOND), Some(4));
     }
 
-    /// 4,000,000,007 units a nanosecond: a word that lasts about 2.3 s of its clock.
+    /// 2,000,000,003 units a nanosecond: a word that lasts about 2.3 s of its clock.
     fn fast_units() -> Rate {
-        Rate::new(4_000_000_007, Duration::from_secs(1))
+        Rate::new(2_000_000_003, Duration::from_secs(1))
     }
 
     /// A word taken from until it is spent hands the bucket to the lock for good, and
@@ -611,7 +646,7 @@ mod tests {
                     ledger_try_take(&mut ledger, capacity, now, rate, capacity),
                     Ok(())
                 );
-                fast.publish(&ledger, rate, capacity);
+                fast.publish(&ledger, rate, capacity, false);
                 by_lock += 1;
                 continue;
             };
@@ -621,7 +656,7 @@ mod tests {
             );
             by_word += 1;
         }
-        // 0.3 s a step: 7 inside the first era's 2.3 s. The last take's units, 8.4e18,
+        // 0.3 s a step: 7 inside the first era's 2.3 s. The last take's units, 4.2e18,
         // leave 0.2 s of units below the horizon: too little for a new era.
         assert_eq!((by_word, by_lock), (7, 10));
         assert_eq!(fast.available(now), None, "spent");
@@ -640,17 +675,17 @@ mod tests {
         let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
         let ledger = fast.seize(0, rate).expect("open");
         fast.highest.store(WORD_HORIZON - 100_000_000, Relaxed);
-        fast.publish(&ledger, Rate::per_second(20), capacity);
+        fast.publish(&ledger, Rate::per_second(20), capacity, false);
         assert_eq!(fast.available(0), None);
         assert_eq!(fast.seize(0, rate), None, "still seized");
         // Back to the settings of the last era it held: still spent.
-        fast.publish(&ledger, rate, capacity);
+        fast.publish(&ledger, rate, capacity, false);
         assert_eq!(fast.available(0), None);
         // The same settings keep their era, which holds whatever the highest value.
         let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
         let ledger = fast.seize(0, rate).expect("open");
         fast.highest.store(WORD_HORIZON - 1, Relaxed);
-        fast.publish(&ledger, rate, capacity);
+        fast.publish(&ledger, rate, capacity, false);
         assert_eq!(fast.available(0), Some(capacity));
     }
 
@@ -667,7 +702,7 @@ mod tests {
             assert_eq!(try_take(&fast, 1, now), None, "past the horizon");
             let ledger = fast.seize(now, rate).expect("open until now");
             assert_eq!(ledger.tokens(), capacity);
-            fast.publish(&ledger, rate, capacity);
+            fast.publish(&ledger, rate, capacity, false);
             assert_eq!(try_take(&fast, capacity, now), Some(Ok(())));
             assert_eq!(
                 try_take(&fast, 1, now),
@@ -690,7 +725,7 @@ mod tests {
         for change in 0..512 {
             let ledger = fast.seize(0, rates[change % 2]).expect("open");
             assert_eq!(ledger, Ledger::new(5, 0));
-            fast.publish(&ledger, rates[(change + 1) % 2], 5);
+            fast.publish(&ledger, rates[(change + 1) % 2], 5, false);
             assert!(
                 !fast.swap(&stale, stale.empty_at() + 1),
                 "after {} changes",
@@ -716,7 +751,7 @@ mod tests {
                 }
             }
             let ledger = fast.seize(now, rates[change % 2]).expect("open");
-            fast.publish(&ledger, rates[(change + 1) % 2], 5);
+            fast.publish(&ledger, rates[(change + 1) % 2], 5, false);
             let first = fast.see().expect("open").empty_at();
             assert!(
                 first > highest,

@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 
 use futures::future::FusedFuture;
 use pin_project::pin_project;
@@ -29,9 +29,6 @@ enum Phase {
     /// In the queue, waiting for its outcome.
     Queued {
         id: WaiterId,
-        /// The waker last registered in the queue entry by a later poll (not the first),
-        /// so that a poll by the same task need not take the lock.
-        registered: Option<Waker>,
         /// Since when, and in which span, a named bucket's request waits (see
         /// `observe/`); `None` for an unnamed bucket.
         #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -82,7 +79,6 @@ impl Acquire {
                     // Queued with this poll's waker; a refill task runs (`begin` made sure).
                     self.phase = Phase::Queued {
                         id,
-                        registered: None,
                         #[cfg(any(feature = "metrics", feature = "tracing"))]
                         watched: self.watch(),
                     };
@@ -109,14 +105,11 @@ impl Acquire {
     /// (the common case) never comes here.
     #[inline(never)]
     fn poll_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { id, registered, .. } = &mut self.phase else {
+        let Phase::Queued { id, .. } = &self.phase else {
             return Poll::Pending;
         };
-        let outcome = ready!(self.bucket.poll_outcome(*id, registered, cx));
-        if matches!(outcome, Outcome::Granted) && self.request.consumes() > 0 {
-            // Seen: dropping this future can no longer undo it.
-            self.bucket.acknowledge_grant();
-        }
+        // A grant read here is seen: dropping this future can no longer undo it.
+        let outcome = ready!(self.bucket.poll_outcome(*id, self.request.consumes(), cx));
         self.report(outcome);
         self.finish(outcome.into())
     }
@@ -305,8 +298,9 @@ macro_rules! request_future {
 /// # Cancel safety
 ///
 /// Cancel safe: dropping it at any point takes no tokens and never blocks the queue. A
-/// grant it had not seen yet is undone as if it had never been made: see
-/// [`TokenBucket::take`](crate::TokenBucket::take) for what comes back.
+/// grant it had not seen yet is given back, exactly when it was the last grant made and
+/// nothing came back since, else as far as the room since the oldest grant unseen
+/// allows: see [`TokenBucket::take`](crate::TokenBucket::take) for the rule.
 ///
 /// ```
 /// use token_bucket::{Rate, Take, TokenBucket};

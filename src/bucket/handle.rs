@@ -346,20 +346,26 @@ impl TokenBucket {
     ///
     /// Cancel safe. Dropping the future gives up its place in the queue without blocking
     /// those behind it, and takes no tokens. If its tokens were granted but it had not
-    /// seen them yet, the grant is undone as if it had never been made, so that no
-    /// interval ever takes more than `capacity + rate × t`: of the `tokens` granted at
-    /// instant `g`, what comes back when it is dropped is the least room the bucket had
-    /// below its capacity at any moment since `g` (fractions of a token count), and all of
-    /// them when the bucket always had room for them. Tokens the bucket could not have
-    /// held do not come back: if it filled up at some moment since `g`, nothing does.
-    /// When several grants are dropped unseen, each comes back as if none of them had
-    /// been made. A grant dropped after more than 1,024 later ones (not counting later
-    /// ones themselves dropped unseen) gives nothing back.
+    /// seen them yet, the grant is given back as far as that keeps the promise that no
+    /// interval ever takes more than `capacity + rate × t` (fractions of a token count):
     ///
-    /// Until a granted future is polled or dropped, every operation on the bucket takes
-    /// its lock (to see every take, in case the grant is undone): poll or drop a `Take`
-    /// soon after its task is woken. One kept unpolled for good (`mem::forget`, or stored
-    /// and never polled again) keeps the bucket correct but on its slower path.
+    /// - **Exactly**, as if it had never been made, when it was the last grant made and
+    ///   no grant dropped since gave anything back: what comes back is the least room the
+    ///   bucket had below its capacity at any moment since the grant, at most `tokens`.
+    ///   So all of it comes back when nothing was taken since, or when the room never
+    ///   fell below it; nothing if the bucket filled up meanwhile.
+    /// - **Conservatively** otherwise: the least room since the oldest grant still
+    ///   unseen, at most `tokens`, which is never more than an exact undo would give.
+    ///
+    /// What comes back is spent from both, so grants dropped together never give back
+    /// more between them than the room allowed. The rule keeps a few numbers, not a
+    /// record of each grant: a grant dropped after any number of later ones still comes
+    /// back as far as the room allows.
+    ///
+    /// A granted future left unpolled, even for good (`mem::forget`, or stored and never
+    /// polled again), keeps no take off the lock-free path: once nobody waits, takes are
+    /// served there again, and while a grant is unseen each notes the room it found (one
+    /// more atomic operation a take) so that the rule above still holds.
     ///
     /// # Examples
     ///
@@ -946,6 +952,86 @@ mod tests {
     use crate::bucket::refill::Served;
     use crate::error::{TakeError, TryTakeError};
     use crate::rate::Rate;
+
+    /// Whether `try_take` is decided on the fast path's word now, not under the lock.
+    fn on_the_word(bucket: &TokenBucket) -> bool {
+        let shared = &bucket.shared;
+        shared.fast.available(shared.clock.now()).is_some()
+    }
+
+    fn empty_bucket(per_second: u64, capacity: u64) -> TokenBucket {
+        let rate = Rate::per_second(per_second);
+        TokenBucket::builder()
+            .rate(rate)
+            .capacity(capacity)
+            .initial(0)
+            .build()
+            .unwrap()
+    }
+
+    /// The fast path comes back as soon as nobody waits: a grant left unread, even for
+    /// good, keeps no take off the word, and the room its takers find still bounds what
+    /// the grant gives back if it is dropped.
+    #[tokio::test(start_paused = true)]
+    async fn a_granted_take_left_unpolled_keeps_no_take_off_the_word() {
+        for forget in [false, true] {
+            let bucket = empty_bucket(1, 5);
+            let mut take = tokio_test::task::spawn(bucket.take(1));
+            tokio_test::assert_pending!(take.poll());
+            assert!(!on_the_word(&bucket), "someone waits");
+            // Granted at 1 s by the refill task; never polled again.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert_eq!(bucket.queued(), 0);
+            assert!(on_the_word(&bucket), "nobody waits");
+            assert_eq!(bucket.try_take(1), Ok(()));
+            assert!(on_the_word(&bucket));
+            if forget {
+                std::mem::forget(take);
+                assert_eq!(bucket.available(), 0);
+            } else {
+                // Dropped unseen: the last grant, and the room never fell below its token
+                // (4 before the try_take): it comes back whole, as if never made.
+                drop(take);
+                assert_eq!(bucket.available(), 1);
+            }
+            assert!(on_the_word(&bucket), "after the drop too");
+        }
+    }
+
+    /// A waiter whose deadline passed, or whose request the capacity no longer admits,
+    /// told but never polled again: nobody waits, and the word serves.
+    #[tokio::test(start_paused = true)]
+    async fn an_outcome_decided_and_never_read_keeps_no_take_off_the_word() {
+        // A timeout: a take of 1 behind one of 2, due at 3 s, with a deadline of 2.5 s.
+        let bucket = empty_bucket(1, 5);
+        let ahead = tokio::spawn(bucket.take(2));
+        let mut late =
+            tokio_test::task::spawn(bucket.take_timeout(1, Duration::from_millis(2_500)));
+        tokio::task::yield_now().await;
+        tokio_test::assert_pending!(late.poll());
+        assert_eq!(bucket.queued(), 2);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(ahead.await.unwrap(), Ok(()));
+        assert_eq!((bucket.queued(), bucket.stats().timed_out), (0, 1));
+        assert!(
+            on_the_word(&bucket),
+            "the timed-out waiter was never polled"
+        );
+        assert_eq!(bucket.try_take(1), Ok(()));
+        drop(late);
+
+        // A refusal: a take of 5 queued, then the capacity lowered to 2.
+        let bucket = empty_bucket(1, 5);
+        let mut large = tokio_test::task::spawn(bucket.take(5));
+        tokio_test::assert_pending!(large.poll());
+        bucket.set_capacity(2).unwrap();
+        assert_eq!(bucket.queued(), 0);
+        assert!(on_the_word(&bucket), "the refused waiter was never polled");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(bucket.try_take(1), Ok(()));
+        assert!(on_the_word(&bucket));
+        drop(large);
+    }
 
     /// On a real clock, so that a task restarted for ever (which never lets paused time
     /// move) fails the timeout instead of hanging the test.

@@ -33,18 +33,16 @@
 //!
 //! # Grants not seen yet
 //!
-//! Each limit keeps its own record of grants not seen yet (`unseen.rs`). All are told of
-//! the same grants, and each records its own headroom before every take: a grant dropped
-//! unseen gives back to each limit what that limit had room for, as if never made. The
-//! first limit's record is the one whose counts are settled; the others' keep the same
-//! counts.
+//! Each limit keeps its own least room while a grant is unseen (`unseen.rs`), noted
+//! before every take: a grant dropped unseen gives back to each limit what that limit's
+//! room allows. What grants are unseen, and which was made last, all limits share.
 
 use std::time::Duration;
 
 use crate::bucket::ledger::Ledger;
 use crate::bucket::queue::{WaiterId, WaiterQueue};
 use crate::bucket::stats::LimitStats;
-use crate::bucket::unseen::Grants;
+use crate::bucket::unseen::{Grants, Least};
 use crate::clock::{duration_from_nanos, NEVER};
 use crate::quota::Policy;
 use crate::rate::Rate;
@@ -54,13 +52,14 @@ use crate::rate::Rate;
 /// refused `try_take` costs a bounded time under the lock however long the queue.
 const REPLAYED_AHEAD: usize = 64;
 
-/// One limit: its rate, its capacity, what it holds, and its record of grants unseen.
+/// One limit: its rate, its capacity, what it holds, and its least room while a grant
+/// is unseen.
 #[derive(Debug)]
 pub(crate) struct Limit {
     pub(crate) rate: Rate,
     pub(crate) capacity: u64,
     pub(crate) ledger: Ledger,
-    unseen: Grants,
+    least: Least,
 }
 
 impl Limit {
@@ -69,7 +68,7 @@ impl Limit {
             rate,
             capacity,
             ledger: Ledger::new(tokens, now),
-            unseen: Grants::default(),
+            least: Least::default(),
         }
     }
 
@@ -135,6 +134,8 @@ pub(crate) struct Limits {
     /// see only later (see [`rewind`](Limits::rewind)). Boxed: one word while none is
     /// kept, and only a composite's wait makes one.
     held_from: Option<Box<Ledgers>>,
+    /// The grants not yet seen by their waiters (see `unseen.rs`).
+    grants: Grants,
 }
 
 /// Every limit's ledger, in order, as hold `hold` reached the head: what
@@ -163,6 +164,7 @@ impl Limits {
             others: others.iter().copied().map(limit).collect(),
             ready: (0, 0),
             held_from: None,
+            grants: Grants::default(),
         }
     }
 
@@ -368,6 +370,8 @@ impl Limits {
     pub(crate) fn refund(&mut self, tokens: u64) {
         self.give_back(tokens);
         self.cap();
+        // Less room now: a grant dropped later may not count on what there was.
+        self.note_headroom();
     }
 
     /// Limit `index`'s rate becomes `rate` from the ledgers' instant on. The caller has
@@ -378,11 +382,7 @@ impl Limits {
             return;
         };
         limit.ledger.change_rate(limit.rate, rate);
-        if limit.unseen.is_active() {
-            limit
-                .unseen
-                .change_period(limit.rate.period_nanos(), rate.period_nanos());
-        }
+        (limit.least).change_period(limit.rate.period_nanos(), rate.period_nanos());
         limit.rate = rate;
     }
 
@@ -394,6 +394,8 @@ impl Limits {
             limit.capacity = capacity;
             limit.ledger.cap(capacity);
         }
+        // A lowered capacity may leave less room than before.
+        self.note_headroom();
     }
 
     /// A snapshot of each limit, in order.
@@ -403,91 +405,71 @@ impl Limits {
 
     /// Makes `ledger`, read from the fast path's word, the first limit's: only a bucket
     /// with one limit hands its state to the word.
-    pub(crate) fn adopt(&mut self, ledger: Ledger) {
+    pub(crate) fn adopt(&mut self, ledger: Ledger, least_room: Option<u128>) {
         debug_assert!(self.is_single());
         self.changed();
         self.first.ledger = ledger;
+        if let Some(room) = least_room {
+            self.first.least.note(room);
+        }
     }
 
     // ----- Grants not seen yet (see `unseen.rs`) ------------------------------------
 
-    /// Whether a grant may be unseen: takes must record the headroom before them.
+    /// Whether a grant may be unseen: takes must note the room before them.
     #[inline]
     pub(crate) fn unseen_active(&self) -> bool {
-        self.first.unseen.is_active()
+        self.grants.is_active()
     }
 
-    /// Records each limit's headroom just before it may jump up (a take, a raise of a
-    /// capacity, a rate change), while a grant may be unseen.
+    /// Notes each limit's room just before it may jump up (a take, a raise of a capacity,
+    /// a rate change) or just after it fell (a refund, a lowered capacity), while a grant
+    /// may be unseen.
     #[inline]
     pub(crate) fn note_headroom(&mut self) {
         if self.unseen_active() {
             for limit in self.iter_mut() {
                 let headroom = limit.headroom();
-                limit.unseen.record(headroom);
+                limit.least.note(headroom);
             }
         }
     }
 
-    /// Waiter `id` was granted `tokens` and will be told.
+    /// Waiter `id` was granted its tokens, just taken, and will be told.
     #[inline]
-    pub(crate) fn granted(&mut self, id: WaiterId, tokens: u64) {
-        // Not through the chained iterator, which costs every grant some 25 instructions.
-        self.first.unseen.granted(id, tokens);
-        for limit in self.others.iter_mut() {
-            limit.unseen.granted(id, tokens);
-        }
+    pub(crate) fn granted(&mut self, id: WaiterId) {
+        let least = std::iter::once(&mut self.first)
+            .chain(self.others.iter_mut())
+            .map(|limit| {
+                let headroom = limit.headroom();
+                (&mut limit.least, headroom)
+            });
+        self.grants.granted(id, least);
     }
 
-    /// Undoes waiter `id`'s grant, which nobody saw: each limit gets back what it had
-    /// room for since (see `unseen.rs`). `false` when the grant is not recorded (none was
-    /// made, or it was forgotten): nothing comes back.
-    pub(crate) fn give_back_unseen(&mut self, id: WaiterId) -> bool {
-        let (mut recorded, mut returned) = (false, false);
+    /// A waiter read its grant of tokens, or left with it: it can no longer come back.
+    pub(crate) fn seen(&mut self) {
+        self.grants.seen();
+    }
+
+    /// Waiter `id`'s grant of `tokens`, which nobody saw, is dropped: each limit gets back
+    /// what the rule of `unseen.rs` allows. Returns whether any came back.
+    pub(crate) fn give_back_unseen(&mut self, id: WaiterId, tokens: u64) -> bool {
+        let newest = self.grants.dropped(id);
+        let mut returned = false;
         for limit in self.iter_mut() {
             let period = limit.rate.period_nanos();
             let headroom = limit.headroom();
-            if let Some(parts) = limit.unseen.give_back(id, headroom, period) {
-                limit.ledger.give_back_parts(parts, period);
-                recorded = true;
-                returned |= parts > 0;
-            }
+            let own = u128::from(tokens).saturating_mul(period);
+            let parts = limit.least.give_back(own, headroom, newest);
+            limit.ledger.give_back_parts(parts, period);
+            returned |= parts > 0;
         }
         // Only a change to what the ledgers hold forgets what was remembered of them.
         if returned {
             self.changed();
         }
-        recorded
-    }
-
-    /// A waiter left after its grant reached it, without reading it through its future.
-    pub(crate) fn seen_on_leaving(&mut self) {
-        for limit in self.iter_mut() {
-            limit.unseen.seen_on_leaving();
-        }
-    }
-
-    /// What this lock section changed in the count of unseen grants (the first limit's;
-    /// the others, told the same, are emptied alike).
-    #[inline]
-    pub(crate) fn take_unseen_change(&mut self) -> Option<u64> {
-        let change = self.first.unseen.take_change();
-        for limit in self.others.iter_mut() {
-            limit.unseen.take_change();
-        }
-        change
-    }
-
-    /// Every grant has been seen: nothing more to record. Out of line: the lock's every
-    /// taker checks whether to.
-    #[inline(never)]
-    pub(crate) fn forget_unseen(&mut self) {
-        // Not through the chained iterator: a queue served a grant at a time forgets
-        // before every grant, and the chain costs half again as much.
-        self.first.unseen.forget();
-        for limit in self.others.iter_mut() {
-            limit.unseen.forget();
-        }
+        returned
     }
 
     // ----- How long a newcomer waits ------------------------------------------------

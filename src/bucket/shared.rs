@@ -16,11 +16,9 @@ use tokio::time::Instant;
 
 use crate::bucket::fast::FastPath;
 use crate::bucket::ledger::Ledger;
-use crate::bucket::outcomes::{Published, Read};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill::{self, Refill, Served};
 use crate::bucket::state::{Admission, Leaving, Settings, State};
-use crate::bucket::unseen::Unseen;
 use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::TakeError;
 use crate::observe::Observer;
@@ -36,11 +34,6 @@ pub(crate) struct Shared {
     pub(crate) observer: Observer,
     /// Its place in the crate's lock order: see `sync/mod.rs`.
     state: Mutex<State>,
-    /// Grants delivered to waiters and not yet read; see `unseen.rs`.
-    unseen: Unseen,
-    /// The outcomes decided for waiters, as they read them without the lock; see
-    /// `outcomes.rs`.
-    published: Published,
     pub(crate) clock: Clock,
     refill: Refill,
     /// Copies of settings that adapters read on every item, kept outside the lock so that
@@ -81,8 +74,6 @@ enum CloseWatch {
 /// state back when it is released with nobody waiting.
 pub(crate) struct Locked<'a> {
     fast: &'a FastPath,
-    unseen: &'a Unseen,
-    published: &'a Published,
     state: MutexGuard<'a, State>,
 }
 
@@ -107,10 +98,9 @@ impl Drop for Locked<'_> {
             "waiters told their outcomes must be woken once the lock is released"
         );
         self.state.flush_tally(&self.fast.counters);
-        self.state.publish_outcomes(self.published);
-        self.state.settle_unseen(self.unseen);
+        let record = self.state.unseen_active();
         if let Some(limit) = self.state.idle_limit() {
-            self.fast.publish(&limit.ledger, limit.rate, limit.capacity);
+            (self.fast).publish(&limit.ledger, limit.rate, limit.capacity, record);
         }
     }
 }
@@ -135,7 +125,7 @@ impl Shared {
     ) -> Shared {
         let mut state = State::new(settings, clock.now());
         if let Some(ledger) = ledger {
-            state.adopt(ledger);
+            state.adopt(ledger, None);
         }
         let fast = match state.idle_limit() {
             Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
@@ -146,8 +136,6 @@ impl Shared {
             observer,
             capacity: AtomicU64::new(state.capacity()),
             state: Mutex::new(state),
-            unseen: Unseen::new(),
-            published: Published::new(),
             clock,
             refill: Refill::default(),
             closed: AtomicBool::new(false),
@@ -169,14 +157,12 @@ impl Shared {
         // A bucket of several limits never hands the word its state: nothing to seize.
         if self.limits == 1 {
             if let Some(ledger) = self.fast.seize(now, state.rate()) {
-                state.adopt(ledger);
+                let least_room = self.fast.least_room_taken(state.rate());
+                state.adopt(ledger, least_room);
             }
         }
-        state.forget_seen(&self.unseen);
         Locked {
             fast: &self.fast,
-            unseen: &self.unseen,
-            published: &self.published,
             state,
         }
     }
@@ -358,52 +344,20 @@ impl Shared {
         let _ = self.ensure_refill(&mut state);
     }
 
-    /// A queued waiter read its grant: if it was the last one unseen and nobody is
-    /// queued, the lock is taken and released so that the fast path gets the word back.
-    pub(crate) fn acknowledge_grant(&self) {
-        if self.unseen.acknowledge() {
-            drop(self.lock(self.clock.now()));
-        }
-    }
-
-    /// Polls queued waiter `id` for its outcome. `registered` is the waker this future
-    /// last registered in its queue entry, if any: a poll by the same task finds out that
-    /// it is still queued without the lock.
-    #[inline]
+    /// Polls queued waiter `id`, which takes `consumes` tokens when granted, for its
+    /// outcome, under the lock: a grant read there is seen (see `unseen.rs`).
     pub(crate) fn poll_outcome(
         self: &Arc<Self>,
         id: WaiterId,
-        registered: &mut Option<Waker>,
+        consumes: u64,
         cx: &mut Context<'_>,
     ) -> Poll<Outcome> {
-        match self.published.read(id) {
-            Read::Granted => return Poll::Ready(Outcome::Granted),
-            Read::Queued
-                if registered
-                    .as_ref()
-                    .is_some_and(|waker| waker.will_wake(cx.waker())) =>
-            {
-                self.keep_serving();
-                return Poll::Pending;
-            }
-            Read::Queued | Read::Unknown => {}
-        }
-        self.poll_outcome_locked(id, registered, cx)
-    }
-
-    /// `poll_outcome` when the outcome is not a grant, or the waker must be registered.
-    #[inline(never)]
-    fn poll_outcome_locked(
-        self: &Arc<Self>,
-        id: WaiterId,
-        registered: &mut Option<Waker>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Outcome> {
-        let decided = self.lock(self.clock.now()).poll_outcome(id, cx.waker());
+        let decided = self
+            .lock(self.clock.now())
+            .poll_outcome(id, consumes, cx.waker());
         if let Some(outcome) = decided {
             return Poll::Ready(outcome);
         }
-        *registered = Some(cx.waker().clone());
         // The refill task may have died with its runtime (which woke us): start another.
         self.keep_serving();
         Poll::Pending

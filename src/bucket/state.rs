@@ -21,10 +21,9 @@ use std::time::Duration;
 use crate::bucket::counters::{Count, Counters, Tally};
 use crate::bucket::ledger::Ledger;
 use crate::bucket::limits::{Limit, Limits};
-use crate::bucket::outcomes::{Outcomes, Published};
+use crate::bucket::outcomes::Outcomes;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::{LimitStats, Stats};
-use crate::bucket::unseen::Unseen;
 use crate::clock::{duration_from_nanos, NEVER};
 use crate::error::{ConfigError, TakeError, TryTakeError};
 use crate::permits::{screen, Screened, TooLarge};
@@ -117,7 +116,8 @@ pub(crate) enum Standing {
 /// Why a queued waiter leaves the queue early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leaving {
-    /// Its future was dropped: a grant it never read is undone (see `unseen.rs`).
+    /// Its future was dropped: a grant it never read gives back what the rule of
+    /// `unseen.rs` allows.
     Dropped,
     /// Its deadline passed.
     DeadlinePassed,
@@ -253,7 +253,7 @@ impl State {
             if let Some((id, waker)) = self.queue.pop_head() {
                 self.tally.add(Count::Taken, consumed);
                 if consumed > 0 {
-                    self.limits.granted(id, consumed);
+                    self.limits.granted(id);
                 }
                 self.outcomes.granted(id);
                 self.wakers.push(waker);
@@ -460,17 +460,26 @@ impl State {
     }
 
     /// Queued waiter `id`'s outcome, if it was decided; otherwise `waker` is the one to
-    /// wake it from now on. A grant read here is seen: the caller acknowledges it.
-    pub(crate) fn poll_outcome(&mut self, id: WaiterId, waker: &Waker) -> Option<Outcome> {
+    /// wake it from now on. A grant of the `consumes` tokens it takes, read here, is seen.
+    pub(crate) fn poll_outcome(
+        &mut self,
+        id: WaiterId,
+        consumes: u64,
+        waker: &Waker,
+    ) -> Option<Outcome> {
         if self.queue.register(id, waker) {
             return None;
         }
-        Some(self.outcomes.take(id))
+        let outcome = self.outcomes.take(id);
+        if outcome == Outcome::Granted && consumes > 0 {
+            self.limits.seen();
+        }
+        Some(outcome)
     }
 
     /// Takes a queued waiter out of the queue early. Returns the outcome it had already
-    /// been told, if any; a grant it is `Dropped` without reading is undone as
-    /// `unseen.rs` says.
+    /// been told, if any; a grant it is `Dropped` without reading gives back what
+    /// `unseen.rs` allows.
     pub(crate) fn leave(
         &mut self,
         id: WaiterId,
@@ -490,9 +499,9 @@ impl State {
         let outcome = self.outcomes.take(id);
         if outcome == Outcome::Granted && request.consumes() > 0 {
             // Read here, not through its future: it is seen, or never will be.
-            self.limits.seen_on_leaving();
-            if why == Leaving::Dropped {
-                self.return_unseen(id, request, now);
+            match why {
+                Leaving::Dropped => self.return_unseen(id, request, now),
+                Leaving::DeadlinePassed => self.limits.seen(),
             }
         }
         Some(outcome)
@@ -522,13 +531,12 @@ impl State {
         self.changed_at(now);
     }
 
-    /// Undoes waiter `id`'s grant, which nobody saw, as if it had never been made (see
-    /// `unseen.rs`; each limit gets back what it had room for), and serves whoever what
-    /// comes back completes. Nothing comes back for a grant the record forgot, but it is
-    /// undone all the same: it no longer counts as taken.
+    /// Undoes waiter `id`'s grant, which nobody saw: each limit gets back what the rule
+    /// of `unseen.rs` allows, and whoever that completes is served. It no longer counts as
+    /// taken, whatever came back.
     fn return_unseen(&mut self, id: WaiterId, request: Request, now: u64) {
         self.tally.add(Count::Untaken, request.consumes());
-        if self.limits.give_back_unseen(id) {
+        if self.limits.give_back_unseen(id, request.consumes()) {
             self.changed_at(now);
         }
     }
@@ -680,47 +688,25 @@ impl State {
         counters.flush(&mut self.tally);
     }
 
-    /// Makes `ledger`, read from the fast path's word, the authority.
-    pub(crate) fn adopt(&mut self, ledger: Ledger) {
-        debug_assert!(self.queue.is_empty() && !self.closed && !self.limits.unseen_active());
-        self.limits.adopt(ledger);
+    /// Makes `ledger`, read from the fast path's word, the authority; `least_room` is the
+    /// least room takers found there before taking, if any took while a grant was unseen.
+    pub(crate) fn adopt(&mut self, ledger: Ledger, least_room: Option<u128>) {
+        debug_assert!(self.queue.is_empty() && !self.closed);
+        self.limits.adopt(ledger, least_room);
     }
 
-    /// The one limit, when the fast path may hold the state instead: nobody waits, no
-    /// grant is unseen (takes must be recorded), and the bucket is open. A bucket with
-    /// several limits keeps the word seized for good: its one word holds one ledger.
+    /// Whether a grant is unseen: takes on the fast path's word must note the room.
+    pub(crate) fn unseen_active(&self) -> bool {
+        self.limits.unseen_active()
+    }
+
+    /// The one limit, when the fast path may hold the state instead: nobody waits and the
+    /// bucket is open (a grant unseen does not keep it: the word's takers note the room
+    /// as the lock's do). A bucket with several limits keeps the word seized for good:
+    /// its one word holds one ledger.
     pub(crate) fn idle_limit(&self) -> Option<&Limit> {
-        let idle = self.queue.is_empty() && !self.closed && !self.limits.unseen_active();
+        let idle = self.queue.is_empty() && !self.closed;
         (idle && self.limits.is_single()).then_some(self.limits.first())
-    }
-
-    /// Called as the lock is released: publishes the outcomes decided for waiters to read
-    /// without the lock (see `outcomes.rs`).
-    #[inline]
-    pub(crate) fn publish_outcomes(&mut self, published: &Published) {
-        self.outcomes.publish(published);
-    }
-
-    /// Called as the lock is released: adds what this section decided to the count of
-    /// unseen grants, and forgets the record once none is left.
-    #[inline]
-    pub(crate) fn settle_unseen(&mut self, unseen: &Unseen) {
-        if let Some(change) = self.limits.take_unseen_change() {
-            if unseen.settle(change, !self.queue.is_empty()) {
-                self.limits.forget_unseen();
-            }
-        }
-    }
-
-    /// Called as the lock is taken: forgets the record of unseen grants when every one
-    /// has been read since the last holder settled, as settling does when none is left.
-    /// A queue served a grant at a time, each read before the next, then records no
-    /// headroom before each take and holds one grant, not a thousand.
-    #[inline]
-    pub(crate) fn forget_seen(&mut self, unseen: &Unseen) {
-        if self.limits.unseen_active() && unseen.all_seen() {
-            self.limits.forget_unseen();
-        }
     }
 
     /// The next instant something is due: the head's tokens accrue or its deadline
@@ -818,14 +804,14 @@ mod tests {
         let counting = std::sync::Arc::new(Counting::default());
         let waker = futures::task::waker(std::sync::Arc::clone(&counting));
         let id = state.enqueue(take_one(), waker.clone());
-        assert_eq!(state.poll_outcome(id, &waker), None);
+        assert_eq!(state.poll_outcome(id, 1, &waker), None);
         state.serve(SECOND);
         assert_eq!(counting.woken(), 0, "woken under the lock");
         let mut wakers = Vec::new();
         state.swap_wakers(&mut wakers);
         wakers.into_iter().for_each(Waker::wake);
         assert_eq!(counting.woken(), 1);
-        assert_eq!(state.poll_outcome(id, &waker), Some(Outcome::Granted));
+        assert_eq!(state.poll_outcome(id, 1, &waker), Some(Outcome::Granted));
         assert_eq!(state.stats(SECOND, &Counters::new()).taken, 1);
     }
 
@@ -842,7 +828,7 @@ mod tests {
             let stats = state.stats(SECOND, &Counters::new());
             let books = (stats.available, stats.taken, stats.queued);
             match why {
-                // Nobody will see it: undone as if never made.
+                // Nobody will see it: the last grant, nothing taken since, all back.
                 Leaving::Dropped => assert_eq!(books, (1, 0, 0)),
                 // The deadline's poll read it: the waiter has its token.
                 Leaving::DeadlinePassed => assert_eq!(books, (0, 1, 0)),

@@ -41,12 +41,12 @@ pub(crate) struct Span {
     min_base_lifetime: u64,
 }
 
-/// The fast path's word: 63 bits beside the lock bit. Its units never start again from a
+/// The fast path's word: 62 bits beside the lock and record bits. Its units never start again from a
 /// lower value (see `fast.rs`), so its horizon is the word's whole life.
 pub(crate) const WORD: Span = Span {
     horizon: WORD_HORIZON,
     // A full bucket of up to 2^50 units: each change of settings spends up to one more
-    // (see `fast.rs`), 1/8,190 of the word's life.
+    // (see `fast.rs`), 1/4,094 of the word's life.
     max_full: 1 << 50,
     // A second: a bucket whose units run so fast that its word would last less than
     // two is left to the lock from the start, and an era that would last less than one
@@ -54,9 +54,9 @@ pub(crate) const WORD: Span = Span {
     min_base_lifetime: 1_000_000_000,
 };
 
-/// Below the lock bit, with room for a refused request's end (up to a full bucket past
-/// the horizon) in 64 bits.
-pub(crate) const WORD_HORIZON: u64 = (1 << 63) - (1 << 51);
+/// Below the lock and record bits, with room for a refused request's end (up to a full
+/// bucket past the horizon) in 62 bits.
+pub(crate) const WORD_HORIZON: u64 = (1 << 62) - (1 << 51);
 
 /// A compact key of `Keyed`: a whole `u64`, no flags. Moving a base rewrites every word
 /// of a shard, so a base must last at least a second.
@@ -169,6 +169,13 @@ impl Units {
                 retry_after: self.wait(short),
             },
         }
+    }
+
+    /// The room at `now_units`, in units: a full bucket less what a word holding
+    /// `empty_at` holds.
+    #[inline]
+    pub(crate) fn room(&self, empty_at: u64, now_units: u64) -> u64 {
+        (empty_at + self.full()).saturating_sub(now_units)
     }
 
     /// Whole tokens held at `now_units`.

@@ -268,7 +268,9 @@ impl<'a> Places<'a> {
             let Place::Bucket { bucket, id, left } = place else {
                 continue;
             };
-            let outcome = bucket.hold_lock(moment).poll_outcome(*id, context.waker());
+            let outcome = bucket
+                .hold_lock(moment)
+                .poll_outcome(*id, 0, context.waker());
             if let Some(outcome) = outcome {
                 *left = true;
                 return Poll::Ready(Err(hold_left(indexed.member, outcome)));

@@ -126,13 +126,20 @@ fn queue(bucket: &TokenBucket, request: Request) -> WaiterId {
         .expect("queued")
 }
 
-/// Waits for waiter `id`'s outcome, polling as its future does (a grant read here is not
-/// acknowledged: the caller does that where it matters).
+/// Waits for waiter `id`'s outcome, polling as its future does, but as if it took no
+/// tokens: a grant read here is not counted seen ([`read_grant`] does that).
 fn outcome_of(bucket: &TokenBucket, id: WaiterId) -> Outcome {
-    let mut registered = None;
-    block_on(poll_fn(|cx| {
-        bucket.shared().poll_outcome(id, &mut registered, cx)
-    }))
+    outcome_taking(bucket, id, 0)
+}
+
+/// Waits for the outcome of waiter `id`, a take of one token, as its future does: a
+/// grant read here is seen.
+fn read_grant(bucket: &TokenBucket, id: WaiterId) -> Outcome {
+    outcome_taking(bucket, id, 1)
+}
+
+fn outcome_taking(bucket: &TokenBucket, id: WaiterId, consumes: u64) -> Outcome {
+    block_on(poll_fn(|cx| bucket.shared().poll_outcome(id, consumes, cx)))
 }
 
 /// A `take(tokens)` future polled once, by a task whose waker does nothing: queued.
@@ -144,7 +151,7 @@ fn queued_take(bucket: &TokenBucket, tokens: u64) -> Take {
 }
 
 /// Polls `inner` once more as soon as its first poll is pending, by the same task: that
-/// second poll finds its waker registered and reads the outcome without the lock.
+/// second poll finds its waker registered already.
 struct PolledTwice<F> {
     inner: F,
     polls: usize,
@@ -254,8 +261,8 @@ fn loom_a_waiter_dropped_while_granted_gives_the_token_back() {
     });
 }
 
-/// The new wake path: a waiter polled pending (once under the lock, registering its
-/// waker, then once more without it, finding that waker registered) races the refill
+/// The wake path: a waiter polled pending (once registering its waker, then once more,
+/// finding that waker registered) races the refill
 /// task's grant and wake-up. However they interleave, the waiter is woken and reads its
 /// grant (a lost wake-up would leave it parked, which loom reports), and once it has the
 /// word is handed back.
@@ -273,7 +280,7 @@ fn loom_a_waiter_polled_pending_racing_its_grant_is_woken() {
     });
 }
 
-/// A waiter polled (under the lock, then without it) and then dropped, racing its grant:
+/// A waiter polled twice and then dropped, racing its grant:
 /// it either read the grant and keeps the token, or its drop undoes the grant; the books
 /// balance and the word is handed back either way.
 #[test]
@@ -528,16 +535,16 @@ fn granted_unseen_a_second_ago() -> (TokenBucket, WaiterId) {
     (bucket, id)
 }
 
-/// A waiter reading its grant races a taker: while the grant is unseen every take goes
-/// through the lock, and whichever comes first, once it is read the word is handed back
-/// to the fast path (by the waiter, or by the taker if the waiter read it first).
+/// A waiter reading its grant (under the lock) races a taker on the word, published with
+/// its record bit while the grant is unseen: whichever comes first, the taker takes (on
+/// the word, noting the room, or under the lock), and once the grant is read the word is
+/// handed back without the bit.
 #[test]
 fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
     model(|| {
         let (bucket, id) = granted_unseen_a_second_ago();
         let waiter = on_thread(&bucket, move |bucket| {
-            assert_eq!(outcome_of(bucket, id), Outcome::Granted);
-            bucket.shared().acknowledge_grant();
+            assert_eq!(read_grant(bucket, id), Outcome::Granted);
         });
         assert_eq!(bucket.try_take(1), Ok(()));
         waiter.join().unwrap();
@@ -545,10 +552,11 @@ fn loom_a_grant_read_while_a_taker_races_hands_the_word_back() {
     });
 }
 
-/// A grant dropped unseen races a taker. Dropped first, it has room for its token and
-/// gives it back; taken first, the taker leaves room for it just the same. Either way one
-/// token is left, not the two a refund after the take would leave in a bucket whose
-/// history without the grant holds one, and the word is handed back.
+/// A grant dropped unseen races a taker. Dropped first, the room since it never fell
+/// below its token, which comes back; taken first, the room before the take was one
+/// token, and one comes back just the same. Either way one token is left, not the two a
+/// refund after the take would leave in a bucket whose history without the grant holds
+/// one, and the word is handed back.
 #[test]
 fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
     model(|| {
@@ -560,20 +568,18 @@ fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
     });
 }
 
-/// A grant decided under the lock (by a waiter behind it leaving, which serves first) can be
-/// read and acknowledged before the leaving waiter's release adds it to the count: the
-/// count dips below zero for a moment, and the word is still handed back exactly once
-/// nobody is unseen or queued.
+/// A grant decided under the lock by a waiter behind it leaving (which serves first) is
+/// read by its waiter on another thread: whichever comes first, the word is handed back
+/// once nobody is unseen or queued, counted under the lock.
 #[test]
-fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
+fn loom_a_grant_read_while_the_waiter_behind_leaves_hands_the_word_back() {
     model(|| {
         let bucket = bucket(2, 0);
         let first = queue(&bucket, take(1));
         let second = queue(&bucket, take(1));
         set_time(SECOND);
         let waiter = on_thread(&bucket, move |bucket| {
-            assert_eq!(outcome_of(bucket, first), Outcome::Granted);
-            bucket.shared().acknowledge_grant();
+            assert_eq!(read_grant(bucket, first), Outcome::Granted);
         });
         let left = bucket.leave(second, take(1), Leaving::Dropped);
         assert!(left.is_none(), "{left:?}");
@@ -586,7 +592,8 @@ fn loom_a_grant_acknowledged_before_it_is_counted_still_hands_the_word_back() {
 /// waiter granted its token at 1 s drops the grant unseen at 2 s while a taker races it.
 /// Had the grant never been made, the first limit would have been full from 1 s, its
 /// token dropped by the cap, and the second would hold one more: in either order each
-/// limit gets back what it had room for, and after the taker the limits hold 0 and 1.
+/// limit gets back what its least room since allows (none on the first, which was full
+/// at 2 s, one on the second), and after the taker the limits hold 0 and 1.
 /// The word stays seized: a bucket of several limits is served under the lock.
 #[test]
 fn loom_a_grant_dropped_unseen_on_two_limits_gives_each_back_what_it_had_room_for() {

@@ -35,13 +35,15 @@
 //!   from that instant on. A waiter behind the head whose deadline passes leaves then too
 //!   (its own timer removes it); since nobody behind it could have been served before it
 //!   reached the head, the model removes it when it is next observed.
-//! - A dropped waiter takes nothing; a grant it never saw is undone: from the drop on, the
-//!   bucket holds what it would hold had that grant, and every other grant dropped
-//!   unseen, never been made, everything else (takes, refunds, changes, other grants)
-//!   happening at the same instants, and no limit ever holding more than its capacity.
-//!   The model finds it by replaying the whole history without them, limit by limit (see
-//!   [`Model::credit_without`]). A rate change re-expresses what those grants left in a
-//!   limit in the new rate's parts rounding down, as it does the limit's own fraction.
+//! - A dropped waiter takes nothing; a grant it never saw gives back what the bucket's
+//!   rule allows (`src/bucket/unseen.rs`): each limit keeps its least room (capacity less
+//!   credit) since the count of unseen grants was last zero and since the newest grant,
+//!   noted before every take, rate change and capacity change and after every refund
+//!   and lowered capacity; a dropped grant gives back the least of its own parts and the
+//!   room since the newest grant when it is the newest and nothing came back since it,
+//!   else the room since the oldest, and what comes back is spent from both. The model
+//!   keeps the same numbers at the same steps, plainly: a rate change re-expresses them
+//!   in the new rate's parts, rounding down, as it does the limit's own fraction.
 //! - `refund` gives tokens back to every limit, each capped even while others wait;
 //!   `set_rate` and `set_limit_rate` change a limit's rate from now on; `set_capacity` and
 //!   `set_limit_capacity` refuse queued requests above the new smallest capacity and drop
@@ -126,9 +128,24 @@ struct Limit {
     capacity: u64,
     /// What it holds, in parts (see the module's documentation).
     credit: u128,
+    /// The least room since the count of unseen grants was last zero, and since the
+    /// newest grant, in parts.
+    least_since_oldest: u128,
+    least_since_newest: u128,
 }
 
 impl Limit {
+    /// Capacity less credit: what the rule of dropped grants counts.
+    fn room(&self) -> u128 {
+        self.full().saturating_sub(self.credit)
+    }
+
+    fn note_room(&mut self) {
+        let room = self.room();
+        self.least_since_oldest = self.least_since_oldest.min(room);
+        self.least_since_newest = self.least_since_newest.min(room);
+    }
+
     fn full(&self) -> u128 {
         u128::from(self.capacity) * u128::from(self.rate.period)
     }
@@ -236,45 +253,15 @@ pub struct Insufficient {
     pub retry_after_exact: bool,
 }
 
-/// A change to what the bucket holds, other than time passing, kept so that the history
-/// can be replayed without the grants dropped unseen.
-#[derive(Debug, Clone)]
-struct Event {
-    at: u64,
-    /// What each limit held just before, in parts.
-    held: Vec<u128>,
-    change: Change,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Change {
-    /// `tokens` taken from every limit; `grant` is the request when a queued waiter was
-    /// granted.
-    Take {
-        tokens: u64,
-        grant: Option<usize>,
-    },
-    /// `tokens` given back to every limit.
-    Refund {
-        tokens: u64,
-    },
-    Capacity {
-        limit: usize,
-        capacity: u64,
-    },
-    Rate {
-        limit: usize,
-        rate: ModelRate,
-    },
-}
-
 #[derive(Debug, Clone)]
 pub struct Model {
     setup: Setup,
-    /// Every change to what the bucket holds, in order.
-    history: Vec<Event>,
-    /// Requests whose grant was dropped unseen, undone in the history.
-    undone: Vec<usize>,
+    /// Grants that took tokens and were neither seen nor dropped yet.
+    unseen: u64,
+    /// The request last granted tokens from the queue.
+    newest: Option<usize>,
+    /// Whether a grant dropped since the newest gave anything back.
+    given_back_since_newest: bool,
     /// Limit 0 first.
     limits: Vec<Limit>,
     queue_limit: Option<u64>,
@@ -299,13 +286,16 @@ impl Model {
                 rate,
                 capacity,
                 credit: u128::from(setup.initial.unwrap_or(capacity)) * u128::from(rate.period),
+                least_since_oldest: 0,
+                least_since_newest: 0,
             })
             .collect();
         Model {
             queue_limit: setup.queue_limit,
             setup,
-            history: Vec::new(),
-            undone: Vec::new(),
+            unseen: 0,
+            newest: None,
+            given_back_since_newest: false,
             limits,
             at: 0,
             requests: Vec::new(),
@@ -406,8 +396,10 @@ impl Model {
 
     /// The waiter of request `id` has seen its outcome, if it has one.
     pub fn seen(&mut self, id: usize) {
+        let unseen_grant = self.is_unseen_grant(id);
         if let Status::Finished { seen, .. } = &mut self.requests[id].status {
             *seen = true;
+            self.unseen -= u64::from(unseen_grant);
         }
     }
 
@@ -431,10 +423,8 @@ impl Model {
 
     /// Every outcome decided so far has been seen by its waiter.
     pub fn all_seen(&mut self) {
-        for request in &mut self.requests {
-            if let Status::Finished { seen, .. } = &mut request.status {
-                *seen = true;
-            }
+        for id in 0..self.requests.len() {
+            self.seen(id);
         }
     }
 
@@ -504,25 +494,28 @@ impl Model {
                 self.on_queue_shrunk();
                 self.observe(now);
             }
-            Status::Finished {
-                result,
-                seen: false,
-                ..
-            } => {
+            Status::Finished { seen: false, .. } => {
+                let unseen_grant = self.is_unseen_grant(id);
                 self.requests[id].status = Status::Dropped;
                 let consumed = self.requests[id].consumes();
-                if result.is_ok() && consumed > 0 {
-                    // Granted but never seen: undone. The bucket holds what it would had
-                    // the grant never been made, and serves whoever that completes.
-                    let replayed = self.credit_without(&self.undone);
-                    let credits: Vec<u128> = self.limits.iter().map(|limit| limit.credit).collect();
-                    assert_eq!(replayed, credits, "the replay must be the bucket so far");
-                    self.counters.taken -= consumed;
-                    self.undone.push(id);
-                    let credits = self.credit_without(&self.undone);
-                    for (limit, credit) in self.limits.iter_mut().zip(credits) {
-                        limit.credit = credit;
+                if unseen_grant {
+                    // Granted but never seen: each limit gets back what the rule allows.
+                    let newest = self.newest == Some(id) && !self.given_back_since_newest;
+                    for limit in &mut self.limits {
+                        limit.note_room();
+                        let allowed = match newest {
+                            true => limit.least_since_newest,
+                            false => limit.least_since_oldest,
+                        };
+                        let back =
+                            (u128::from(consumed) * u128::from(limit.rate.period)).min(allowed);
+                        limit.credit += back;
+                        limit.least_since_oldest -= back.min(limit.least_since_oldest);
+                        limit.least_since_newest -= back.min(limit.least_since_newest);
                     }
+                    self.counters.taken -= consumed;
+                    self.unseen -= 1;
+                    self.given_back_since_newest = true;
                     self.observe(now);
                 }
             }
@@ -555,13 +548,14 @@ impl Model {
         }
         // Everything up to now accrued at the old rate.
         self.observe(now);
-        self.log(Change::Rate { limit, rate });
+        self.note_rooms();
         let changed = &mut self.limits[limit];
         let old = u128::from(changed.rate.period);
         let new = u128::from(rate.period);
-        let whole = changed.credit / old;
-        let fraction = changed.credit % old;
-        changed.credit = whole * new + fraction * new / old;
+        let convert = |parts: u128| parts / old * new + parts % old * new / old;
+        changed.credit = convert(changed.credit);
+        changed.least_since_oldest = convert(changed.least_since_oldest);
+        changed.least_since_newest = convert(changed.least_since_newest);
         changed.rate = rate;
         Ok(())
     }
@@ -581,6 +575,8 @@ impl Model {
             return Err(ConfigError::ZeroCapacity);
         }
         self.observe(now);
+        // Room just before a raise, and just after a cut.
+        self.note_rooms();
         self.limits[limit].capacity = capacity;
         let smallest = self.capacity();
         let too_large: Vec<usize> = self
@@ -599,8 +595,8 @@ impl Model {
             self.finish(id, Err(refusal), now, Decider::Call);
         }
         self.on_queue_shrunk();
-        self.log(Change::Capacity { limit, capacity });
         self.cap();
+        self.note_rooms();
         self.observe(now);
         Ok(())
     }
@@ -625,82 +621,27 @@ impl Model {
         self.on_queue_shrunk();
     }
 
-    /// What each limit holds now (the model has observed it at `self.at`) had the grants
-    /// of `undone` never been made: the history replayed from the start without them,
-    /// limit by limit.
-    fn credit_without(&self, undone: &[usize]) -> Vec<u128> {
-        (0..self.limits.len())
-            .map(|limit| self.limit_credit_without(limit, undone))
-            .collect()
-    }
-
-    /// What limit `index` holds now had the grants of `undone` never been made. It never
-    /// holds more than its capacity, or than it really held where that was more: a waiter
-    /// taking a full limit at the nanosecond it fills leaves the part of a token that
-    /// nanosecond added beyond it. At a rate change the difference from what it really
-    /// held is re-expressed in the new rate's parts, rounded down.
-    fn limit_credit_without(&self, index: usize, undone: &[usize]) -> u128 {
-        let (mut rate, mut capacity) = self.setup.limits()[index];
-        let initial = self.setup.initial.unwrap_or(capacity);
-        let mut credit = u128::from(initial) * u128::from(rate.period);
-        let mut at = 0;
-        let full = |capacity: u64, rate: ModelRate| u128::from(capacity) * u128::from(rate.period);
-        let end = Event {
-            at: self.at,
-            held: self.limits.iter().map(|limit| limit.credit).collect(),
-            change: Change::Take {
-                tokens: 0,
-                grant: None,
-            },
-        };
-        for Event {
-            at: when,
-            held,
-            change,
-        } in self.history.iter().chain([&end])
-        {
-            let held = held[index];
-            credit += u128::from(when - at) * u128::from(rate.amount);
-            credit = credit.min(full(capacity, rate).max(held));
-            at = *when;
-            match *change {
-                Change::Take { tokens, grant } => {
-                    if !grant.is_some_and(|id| undone.contains(&id)) {
-                        credit -= u128::from(tokens) * u128::from(rate.period);
-                    }
-                }
-                Change::Refund { tokens } => {
-                    credit += u128::from(tokens) * u128::from(rate.period);
-                    credit = credit.min(full(capacity, rate));
-                }
-                Change::Capacity {
-                    limit,
-                    capacity: changed,
-                } if limit == index => {
-                    capacity = changed;
-                    credit = credit.min(full(capacity, rate));
-                }
-                Change::Rate {
-                    limit,
-                    rate: changed,
-                } if limit == index => {
-                    let (old, new) = (u128::from(rate.period), u128::from(changed.period));
-                    let extra = credit - held;
-                    credit = held / old * new + held % old * new / old + extra * new / old;
-                    rate = changed;
-                }
-                Change::Capacity { .. } | Change::Rate { .. } => {}
-            }
+    /// Notes every limit's room (see the module's documentation).
+    fn note_rooms(&mut self) {
+        for limit in &mut self.limits {
+            limit.note_room();
         }
-        credit
     }
 
-    fn log(&mut self, change: Change) {
-        self.history.push(Event {
-            at: self.at,
-            held: self.limits.iter().map(|limit| limit.credit).collect(),
-            change,
-        });
+    /// Whether request `id` was granted tokens from the queue (not on its first poll) and
+    /// its waiter has neither read nor dropped the grant: the grants the rule counts.
+    fn is_unseen_grant(&self, id: usize) -> bool {
+        let request = &self.requests[id];
+        let granted_from_queue = matches!(
+            request.status,
+            Status::Finished {
+                result: Ok(()),
+                by: Decider::Schedule,
+                seen: false,
+                ..
+            }
+        );
+        granted_from_queue && request.consumes() > 0
     }
 
     // ----- Time ------------------------------------------------------------------------
@@ -773,14 +714,29 @@ impl Model {
         self.limits.iter().map(Limit::tokens).min().unwrap()
     }
 
+    /// Takes `tokens` from every limit; `grant` is the request when a queued waiter was
+    /// granted, whose grant is then unseen until its waiter reads it.
     fn consume(&mut self, tokens: u64, grant: Option<usize>) {
         if tokens > 0 {
-            self.log(Change::Take { tokens, grant });
+            self.note_rooms();
         }
         for limit in &mut self.limits {
             limit.credit -= u128::from(tokens) * u128::from(limit.rate.period);
         }
         self.counters.taken += tokens;
+        if let (Some(id), true) = (grant, tokens > 0) {
+            let first = self.unseen == 0;
+            for limit in &mut self.limits {
+                let room = limit.room();
+                if first {
+                    limit.least_since_oldest = room;
+                }
+                limit.least_since_newest = room;
+            }
+            self.unseen += 1;
+            self.newest = Some(id);
+            self.given_back_since_newest = false;
+        }
     }
 
     fn cap(&mut self) {
@@ -792,11 +748,11 @@ impl Model {
     /// Tokens refunded at `now` to every limit: capped even with waiters queued (a refund
     /// never makes a burst larger than a capacity), then served.
     fn refill_by_refund(&mut self, tokens: u64, now: u64) {
-        self.log(Change::Refund { tokens });
         for limit in &mut self.limits {
             limit.credit += u128::from(tokens) * u128::from(limit.rate.period);
         }
         self.cap();
+        self.note_rooms();
         self.observe(now);
     }
 
