@@ -381,10 +381,12 @@ impl FastPath {
             .empty_at(ledger, rate)
             .expect("the ledger's instant is inside the era's horizon");
         self.note_highest(empty_at);
-        self.least_room.store(u64::MAX, Relaxed);
         let record = if record { RECORD } else { 0 };
-        // Release: whoever reads this word reads the settings above (and the forgotten
-        // room) with it.
+        // The note of the least room is not cleared here but only as it is read, after a
+        // seize: a taker that read this very value before the seize may note and swap
+        // after this store, and its note must reach the next seize. One left by a swap
+        // that failed is lower than needed, never higher.
+        // Release: whoever reads this word reads the settings above with it.
         self.word.store(empty_at | record, Release);
     }
 

@@ -110,8 +110,15 @@ impl Acquire {
         };
         // A grant read here is seen: dropping this future can no longer undo it.
         let outcome = ready!(self.bucket.poll_outcome(*id, self.request.consumes(), cx));
-        self.report(outcome);
-        self.finish(outcome.into())
+        self.finish_reporting(outcome)
+    }
+
+    /// Done with `outcome`, told by the bucket, then reported: done first, so that a
+    /// report that panics leaves nothing for the drop to give back or leave twice.
+    fn finish_reporting(&mut self, outcome: Outcome) -> Poll<Result<(), TakeError>> {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        self.report(&phase, outcome);
+        Poll::Ready(outcome.into())
     }
 
     /// What a named bucket keeps of a request that queues: the instant, and its span.
@@ -126,13 +133,13 @@ impl Acquire {
         }))
     }
 
-    /// Reports how a queued request ended (see `observe/`).
-    fn report(&self, outcome: Outcome) {
+    /// Reports how a queued request, in `phase` until now, ended (see `observe/`).
+    fn report(&self, phase: &Phase, outcome: Outcome) {
         #[cfg(any(feature = "metrics", feature = "tracing"))]
         if let Phase::Queued {
             watched: Some(watched),
             ..
-        } = &self.phase
+        } = phase
         {
             #[cfg(feature = "tracing")]
             let _entered = watched.span.as_ref().map(tracing::Span::enter);
@@ -145,7 +152,7 @@ impl Acquire {
                 _ => {}
             }
         }
-        let _ = outcome;
+        let _ = (phase, outcome);
     }
 
     /// The deadline passed: leave the queue, unless the tokens came in time.
@@ -155,8 +162,7 @@ impl Acquire {
         };
         let id = *id;
         let outcome = self.bucket.leave(id, self.request, Leaving::DeadlinePassed);
-        self.report(outcome.unwrap_or(Outcome::TimedOut));
-        self.finish(outcome.map_or(Err(TakeError::Timeout), Into::into))
+        self.finish_reporting(outcome.unwrap_or(Outcome::TimedOut))
     }
 
     #[inline]

@@ -568,6 +568,33 @@ fn loom_a_grant_dropped_unseen_while_a_taker_races_gives_back_what_fits() {
     });
 }
 
+/// A taker on the word, published with its record bit, races a lock section that changes
+/// nothing and notes no room (a `take(3)` refused as larger than the capacity): the lock's holder seizes and publishes the very value
+/// the taker read, so the taker's swap may succeed across it. Its note of the room must
+/// still reach the next seize: the grant of 2 (made at 2 s, empty after, so room 2) is
+/// dropped at 3 s after a `try_take(1)` found room 1, and gives back 1, not 2, which
+/// would leave 2 where the history without the grant holds 1. (Publishing once cleared
+/// the note, which a taker that noted before it and swapped after it lost.)
+#[test]
+fn loom_a_taker_racing_a_lock_section_that_changes_nothing_keeps_its_note() {
+    model(|| {
+        let bucket = bucket(2, 0);
+        let id = queue(&bucket, take(2));
+        set_time(2 * SECOND);
+        refill_wakes(&bucket);
+        set_time(3 * SECOND);
+        let taker = on_thread(&bucket, |bucket| bucket.try_take(1));
+        let refused = bucket.shared().begin(take(3), noop_waker_ref());
+        assert!(
+            matches!(refused, Err(TakeError::ExceedsCapacity { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(taker.join().unwrap(), Ok(()));
+        bucket.leave(id, take(2), Leaving::Dropped);
+        assert_handed_back(&bucket, 3 * SECOND, 1, 1);
+    });
+}
+
 /// A grant decided under the lock by a waiter behind it leaving (which serves first) is
 /// read by its waiter on another thread: whichever comes first, the word is handed back
 /// once nobody is unseen or queued, counted under the lock.
