@@ -121,13 +121,6 @@ pub(crate) struct Limits {
     /// A boxed slice, not a vector: one word smaller, and empty it allocates nothing. The
     /// bucket's shared state stays within the allocation size it had with one limit.
     others: Box<[Limit]>,
-    /// The last answer of [`ready_at`](Limits::ready_at), as `(need, instant)`; a need
-    /// of 0 for none. A waiter that queues asks it of the same ledgers several times
-    /// (serving, admitting, planning the refill task's wake-up), and a grant asks again
-    /// what the refill task planned its wake-up from. Kept while only time changes the
-    /// ledgers (see `ready_at`); anything else forgets it. 16 bytes that fit in the
-    /// shared state's allocation as it was.
-    ready: (u64, u64),
     /// The ledgers as they stood once a composite's hold reached the head, kept until
     /// anything but time changes them: its grant is made as of the instant every member
     /// of the composite allowed it, which its task, woken by a timer of 1 ms ticks, may
@@ -162,7 +155,6 @@ impl Limits {
         Limits {
             first: limit(first),
             others: others.iter().copied().map(limit).collect(),
-            ready: (0, 0),
             held_from: None,
             grants: Grants::default(),
         }
@@ -267,30 +259,18 @@ impl Limits {
     /// The first nanosecond at which every limit holds `need` whole tokens, if nothing is
     /// taken before (the latest of their instants), or [`NEVER`]. Exact while `need` is at
     /// most every capacity: a limit capped at its capacity still holds `need`.
-    ///
-    /// Remembered until something other than time changes the ledgers. Accrual moves no
-    /// instant still ahead of the ledgers': what a limit holds plus what it gains is the
-    /// same whenever it is observed, and a limit capped on the way held `need` already.
-    /// One answer already passed is worked out again, as it is then the ledgers' instant.
     #[inline]
-    pub(crate) fn ready_at(&mut self, need: u64) -> u64 {
-        let (known, at) = self.ready;
-        if known == need && need > 0 && at >= self.last() {
-            return at;
-        }
-        let at = self.others.iter().fold(
+    pub(crate) fn ready_at(&self, need: u64) -> u64 {
+        self.others.iter().fold(
             self.first.ledger.ready_at(need, self.first.rate),
             |latest, limit| latest.max(limit.ledger.ready_at(need, limit.rate)),
-        );
-        self.ready = (need, at);
-        at
+        )
     }
 
-    /// What the ledgers hold changed other than by time: the instant remembered by
-    /// [`ready_at`](Limits::ready_at) may be wrong.
+    /// What the ledgers hold changed other than by time: those kept for a composite's
+    /// hold no longer lead to them by time alone.
     #[inline]
     fn changed(&mut self) {
-        self.ready = (0, 0);
         self.held_from = None;
     }
 
@@ -339,7 +319,6 @@ impl Limits {
         for (limit, ledger) in self.others.iter_mut().zip(others.into_vec()) {
             limit.ledger = ledger;
         }
-        self.ready = (0, 0);
         let at = self.ready_at(tokens).max(as_of);
         self.advance(at);
     }
@@ -682,7 +661,7 @@ mod tests {
 
     #[test]
     fn one_limit_allocates_nothing_and_answers_as_its_ledger() {
-        let mut limits = Limits::new((Rate::per_second(4), 8), &[], Some(3), 0);
+        let limits = Limits::new((Rate::per_second(4), 8), &[], Some(3), 0);
         assert!(limits.is_single());
         assert!(limits.others.is_empty());
         assert_eq!(
@@ -712,41 +691,5 @@ mod tests {
         assert_eq!(limits.first.ledger.tokens(), 10);
         assert_eq!(limits.first.ledger.fraction(), 0);
         assert_eq!(limits.tokens(), 10);
-    }
-
-    /// The instant `ready_at` remembers is the one worked out afresh, whatever happened
-    /// to the ledgers in between.
-    #[test]
-    fn a_remembered_ready_instant_is_the_one_worked_out_afresh() {
-        let fresh = |limits: &Limits, need: u64| {
-            limits
-                .iter()
-                .map(|limit| limit.ledger.ready_at(need, limit.rate))
-                .max()
-                .unwrap_or(NEVER)
-        };
-        for others in [
-            &[][..],
-            &[(Rate::new(7, Duration::from_millis(1_300)), 5)][..],
-        ] {
-            let mut limits = Limits::new((Rate::per_second(3), 4), others, Some(0), 0);
-            let mut now = 0;
-            for step in 0..400u64 {
-                // At most every capacity, as any request queued is.
-                let need = 1 + step % 3;
-                assert_eq!(limits.ready_at(need), fresh(&limits, need), "step {step}");
-                match step % 9 {
-                    0 | 3 | 5 => now += 1 + step * 7_919_393 % 900_000_000,
-                    1 if limits.tokens() >= need => limits.take(need),
-                    2 => limits.refund(1),
-                    4 => limits.set_rate(0, Rate::per_second(2 + step % 3)),
-                    6 => limits.set_capacity(0, 3 + step % 3),
-                    7 => limits.cap(),
-                    _ => {}
-                }
-                limits.advance(now);
-                assert_eq!(limits.ready_at(need), fresh(&limits, need), "step {step}");
-            }
-        }
     }
 }

@@ -16,14 +16,14 @@
 //! - `refill.rs`: the refill task, which serves the queue when nobody else touches it,
 //!   knowing the bucket only through a small trait, `Served`.
 //! - `fast.rs`: the fast path, the whole state in one atomic word while nobody waits,
-//!   taken by compare-and-swap without the lock.
+//!   taken by compare-and-swap without the lock (noting the room while a grant is
+//!   unseen).
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
 //! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
 //!   that keeps each within its own.
-//! - `unseen.rs`: grants not yet seen by their waiters, and what one dropped unseen gives
-//!   back.
-//! - `outcomes.rs`: the outcomes decided for waiters, which they read without the lock
-//!   when they can.
+//! - `unseen.rs`: grants not yet seen by their waiters, and the rule of a few numbers
+//!   that says what one dropped unseen gives back.
+//! - `outcomes.rs`: the outcomes decided for waiters, which they read under the lock.
 //! - `queue.rs`: the FIFO queue of waiters and their wakers.
 //! - `units.rs`: the same arithmetic as `ledger.rs` in one word's units, for the fast path
 //!   and for a compact key of `Keyed`.

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::bucket::HeldBucket;
 use crate::clock::{Clock, Moment, NEVER};
-use crate::composite::few::Few;
 use crate::composite::member::{
     Hooks, Indexed, IndexedKey, KeyTry, Members, Part, Refusals, Refused,
 };
@@ -34,7 +33,7 @@ pub(crate) struct HeldMember<'a> {
 /// Reads the clock once, then locks every member of `parts` in lock order: every member
 /// decides at that one instant (or, if a member's state is already past it, because a
 /// thread outside the runtime read a later clock, at its own latest instant).
-pub(crate) fn lock_all<'a>(parts: &Few<Indexed<'a>>) -> (Few<HeldMember<'a>>, Moment) {
+pub(crate) fn lock_all<'a>(parts: &[Indexed<'a>]) -> (Vec<HeldMember<'a>>, Moment) {
     let moment = Moment::now();
     let held = parts
         .iter()
@@ -73,7 +72,7 @@ pub(crate) fn try_all(
 /// refuses and the latest `retry_after`.
 fn try_keys<'k, 'a: 'k>(
     mut keys: impl Iterator<Item = &'k IndexedKey<'a>> + Clone,
-    parts: &Few<Indexed<'a>>,
+    parts: &[Indexed<'a>],
     permits: u64,
     count_denials: bool,
     commit: bool,
@@ -84,7 +83,7 @@ fn try_keys<'k, 'a: 'k>(
     let mut rest = |commit| try_keys(keys.clone(), parts, permits, count_denials, commit);
     let refused = |error, others: Refusals| {
         let others = match others {
-            Ok(()) => Few::new(),
+            Ok(()) => Vec::new(),
             Err(Refused::Members(others)) => others,
             Err(repeated) => return Err(repeated),
         };
@@ -106,7 +105,7 @@ fn try_keys<'k, 'a: 'k>(
                     let second = other.member.max(indexed.member);
                     return Err(Refused::Repeated { first, second });
                 }
-                let mut parts: Few<Indexed<'a>> = parts.iter().copied().collect();
+                let mut parts: Vec<Indexed<'a>> = parts.to_vec();
                 parts.push(Indexed {
                     member: indexed.member,
                     part,
@@ -127,10 +126,7 @@ fn try_keys<'k, 'a: 'k>(
 #[cfg_attr(not(any(all(test, not(loom)), feature = "http")), allow(dead_code))]
 pub(crate) fn try_each(members: &impl Members, permits: u64) -> Refusals {
     let hooks = members.parts();
-    debug_assert!(
-        hooks.keys.iter().next().is_none(),
-        "a key in a joint decision"
-    );
+    debug_assert!(hooks.keys.is_empty(), "a key in a joint decision");
     if let Some((first, second)) = hooks.repeated() {
         return Err(Refused::Repeated { first, second });
     }
@@ -140,13 +136,13 @@ pub(crate) fn try_each(members: &impl Members, permits: u64) -> Refusals {
 /// [`try_all`]'s decision over limiters alone, refused with each refusing member's
 /// answer; with `commit` false, it decides and counts nothing but the denials.
 pub(crate) fn try_parts(
-    parts: &Few<Indexed<'_>>,
+    parts: &[Indexed<'_>],
     permits: u64,
     count_denials: bool,
     commit: bool,
-) -> Result<(), Few<(usize, TryAcquireError)>> {
+) -> Result<(), Vec<(usize, TryAcquireError)>> {
     let (mut held, moment) = lock_all(parts);
-    let mut refusals = Few::new();
+    let mut refusals = Vec::new();
     for member in held.iter_mut() {
         let verdict = match &mut member.held {
             Held::Bucket(state) => {
@@ -164,7 +160,7 @@ pub(crate) fn try_parts(
             refusals.push((member.member, error));
         }
     }
-    if refusals.iter().next().is_some() {
+    if !refusals.is_empty() {
         return Err(refusals);
     }
     if !commit {

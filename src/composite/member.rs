@@ -11,7 +11,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::bucket::TokenBucket;
-use crate::composite::few::Few;
 use crate::error::{ConfigError, TryAcquireError};
 use crate::sync::{Identity, Role};
 use crate::window::{FixedWindow, SlidingLog, SlidingWindow, Window};
@@ -96,14 +95,14 @@ impl fmt::Debug for Hook<'_> {
 /// limiter's.
 #[doc(hidden)]
 pub struct Hooks<'a> {
-    pub(crate) parts: Few<Indexed<'a>>,
-    pub(crate) keys: Few<IndexedKey<'a>>,
+    pub(crate) parts: Vec<Indexed<'a>>,
+    pub(crate) keys: Vec<IndexedKey<'a>>,
 }
 
 impl<'a> Hooks<'a> {
     /// `pieces`, given in this order, sorted into lock order.
     fn of(pieces: impl IntoIterator<Item = Piece<'a>>) -> Hooks<'a> {
-        let (mut parts, mut keys) = (Few::new(), Few::new());
+        let (mut parts, mut keys) = (Vec::new(), Vec::new());
         for (member, piece) in pieces.into_iter().enumerate() {
             match piece {
                 Piece::Part(part) => parts.push(Indexed { member, part }),
@@ -128,7 +127,7 @@ impl<'a> Hooks<'a> {
     }
 
     /// Every member, keys first, each group in lock order.
-    fn seen(&self) -> Few<Seen<'a>> {
+    fn seen(&self) -> Vec<Seen<'a>> {
         let keys = self.keys.iter().map(|indexed| Seen {
             member: indexed.member,
             identity: indexed.key.identity_ref(),
@@ -143,9 +142,9 @@ impl<'a> Hooks<'a> {
     pub(crate) fn whole(
         &self,
         wanted: impl Fn(usize) -> bool,
-    ) -> Result<Few<Indexed<'a>>, (usize, TryAcquireError)> {
+    ) -> Result<Vec<Indexed<'a>>, (usize, TryAcquireError)> {
         let picked = |indexed: &&Indexed<'a>| wanted(indexed.member);
-        let mut parts: Few<Indexed<'a>> = self.parts.iter().filter(picked).copied().collect();
+        let mut parts: Vec<Indexed<'a>> = self.parts.iter().filter(picked).copied().collect();
         for indexed in self.keys.iter().filter(|indexed| wanted(indexed.member)) {
             let part = indexed
                 .key
@@ -268,7 +267,7 @@ pub(crate) type Refusals = Result<(), Refused>;
 /// Why a composite's request was refused.
 pub(crate) enum Refused {
     /// What the members that refused said, by position.
-    Members(Few<(usize, TryAcquireError)>),
+    Members(Vec<(usize, TryAcquireError)>),
     /// A key, held whole, turned out to be the limiter of another member too: deciding
     /// it twice would take its lock twice.
     Repeated { first: usize, second: usize },
@@ -382,11 +381,11 @@ impl<'a> Indexed<'a> {
 /// The checks made as a composite is made over `seen` (each group in lock order, so that
 /// one limiter given twice comes twice in a row): at least one member, no limiter (or
 /// `Keyed`) twice, and each given its part for good (see [`claim_roles`]).
-pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
+pub(crate) fn check_seen(seen: Vec<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
     if let Some((first, second)) = repeated(&seen) {
         return Err(ConfigError::RepeatedMember { first, second });
     }
-    if seen.iter().next().is_none() {
+    if seen.is_empty() {
         return Err(ConfigError::NoMembers);
     }
     claim_roles(&seen, leader)
@@ -394,7 +393,7 @@ pub(crate) fn check_seen(seen: Few<Seen<'_>>, leader: Option<usize>) -> Result<(
 
 /// The positions, first the lower, of a limiter (or `Keyed`) that `seen` holds twice in a
 /// row, as it does one given twice.
-fn repeated(seen: &Few<Seen<'_>>) -> Option<(usize, usize)> {
+fn repeated(seen: &[Seen<'_>]) -> Option<(usize, usize)> {
     let mut pairs = seen.iter().zip(seen.iter().skip(1));
     let (one, other) = pairs.find(|(one, other)| one.order == other.order)?;
     Some((one.member.min(other.member), one.member.max(other.member)))
@@ -405,7 +404,7 @@ fn repeated(seen: &Few<Seen<'_>>) -> Option<(usize, usize)> {
 /// (by position) that already plays the other part, and then no member is given a part;
 /// unless another thread gave a member the other part between the look and the claim,
 /// when the members claimed before it keep the part this composite gave them.
-fn claim_roles(members: &Few<Seen<'_>>, leader: Option<usize>) -> Result<(), ConfigError> {
+fn claim_roles(members: &[Seen<'_>], leader: Option<usize>) -> Result<(), ConfigError> {
     let role = |seen: &Seen<'_>| match Some(seen.member) == leader {
         true => Role::Leads,
         false => Role::Follows,

@@ -10,7 +10,6 @@
 //! - `waiting.rs`: `acquire`'s places in every member's line, joined at once (or the
 //!   first member's line first), and the decision it makes once at the head of each;
 //!   giving them back when dropped.
-//! - `few.rs`: the members in lock order, inline for tuples.
 //!
 //! It uses the bucket (a hold in its queue, see `bucket/state.rs`) and the window
 //! limiters (a place in their line, see `window/hooks.rs`) through crate-private
@@ -18,7 +17,6 @@
 //! Beside them, only the foundations: `clock`, `error`, `permits`, `sync` and `limiter`.
 
 mod all;
-mod few;
 mod held;
 mod in_turn;
 mod member;

@@ -21,7 +21,6 @@ use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::state::{Leaving, Standing};
 use crate::bucket::TokenBucket;
 use crate::clock::{self, Moment, NEVER};
-use crate::composite::few::Few;
 use crate::composite::held::{instant_of, lock_all, try_all, Held};
 use crate::composite::member::{check_seen, Hooks, Indexed, Part};
 use crate::error::{
@@ -75,7 +74,7 @@ pub(crate) async fn acquire_all(
             // came later to that line passes it.
             poll_fn(|context| led.poll_decide(&leader, context, &mut sleep, Then::Keep)).await?;
             let parts = waiting_on(&hooks, order, |_| true)?;
-            let followers: Few<Indexed<'_>> = parts
+            let followers: Vec<Indexed<'_>> = parts
                 .iter()
                 .copied()
                 .filter(|indexed| indexed.member != 0)
@@ -96,11 +95,11 @@ fn waiting_on<'a>(
     hooks: &Hooks<'a>,
     order: Order,
     wanted: impl Fn(usize) -> bool,
-) -> Result<Few<Indexed<'a>>, AcquireAllError> {
+) -> Result<Vec<Indexed<'a>>, AcquireAllError> {
     let parts = hooks
         .whole(wanted)
         .map_err(|(member, error)| refused(member, error))?;
-    if hooks.keys.iter().next().is_some() {
+    if !hooks.keys.is_empty() {
         let leader = (order == Order::InTurn).then_some(0);
         check_seen(parts.iter().map(Indexed::seen).collect(), leader)?;
     }
@@ -149,7 +148,7 @@ enum Place<'a> {
 /// Its places in every member's line, in lock order; dropped, it leaves every line it
 /// is still in (cancel safety), and counts nothing.
 struct Places<'a> {
-    places: Few<Place<'a>>,
+    places: Vec<Place<'a>>,
     permits: u64,
     /// The instant the composite last planned to decide at, every member at the head of
     /// its line and each admitting it from then on: what a window limiter admitted it
@@ -163,7 +162,7 @@ struct Places<'a> {
 /// share, and so cannot each wait for the other. Refused for good by any member, it
 /// joins none.
 fn join<'a>(
-    parts: &Few<Indexed<'a>>,
+    parts: &[Indexed<'a>],
     permits: u64,
     context: &mut Context<'_>,
 ) -> Result<Places<'a>, AcquireAllError> {
@@ -172,7 +171,7 @@ fn join<'a>(
         Window(&'a dyn Window, MutexGuard<'a, Line>),
     }
     let moment = Moment::now();
-    let mut locked: Few<Joining<'a>> = Few::new();
+    let mut locked: Vec<Joining<'a>> = Vec::new();
     for indexed in parts.iter() {
         locked.push(match indexed.part {
             Part::Bucket(bucket) => Joining::Bucket(bucket, bucket.hold_lock(moment)),
@@ -238,7 +237,7 @@ enum Then {
 impl<'a> Places<'a> {
     /// These places and `rest`'s, in the lock order of `parts`, which holds the members
     /// of both.
-    fn merge(mut self, mut rest: Places<'a>, parts: &Few<Indexed<'_>>) -> Places<'a> {
+    fn merge(mut self, mut rest: Places<'a>, parts: &[Indexed<'_>]) -> Places<'a> {
         let mut own = std::mem::take(&mut self.places).into_iter();
         let mut others = std::mem::take(&mut rest.places).into_iter();
         let places = parts
@@ -260,7 +259,7 @@ impl<'a> Places<'a> {
     /// every hold still queued. Each bucket is locked alone, as nothing else is held.
     fn poll_left(
         &mut self,
-        parts: &Few<Indexed<'_>>,
+        parts: &[Indexed<'_>],
         context: &mut Context<'_>,
     ) -> Poll<Result<(), AcquireAllError>> {
         let moment = Moment::now();
@@ -284,7 +283,7 @@ impl<'a> Places<'a> {
     /// named.
     fn poll_decide(
         &mut self,
-        parts: &Few<Indexed<'_>>,
+        parts: &[Indexed<'_>],
         context: &mut Context<'_>,
         sleep: &mut Option<Pin<Box<Sleep>>>,
         then: Then,
@@ -355,8 +354,10 @@ impl<'a> Places<'a> {
                             let now = state.clock_at(moment);
                             let as_of = from.map_or(now, |from| state.clock_at(Moment::of(from)));
                             state.commit_hold(*id, self.permits, as_of, now);
-                            state.observer().admitted(self.permits);
+                            // Left before reporting: a report that panics must not have
+                            // the drop give back a grant this composite holds.
                             *left = true;
+                            state.observer().admitted(self.permits);
                         }
                         (Place::Window(queued), Held::Window { held, .. }) => {
                             queued.admitted(held.record(self.permits));
@@ -366,7 +367,7 @@ impl<'a> Places<'a> {
                 }
                 // The locks first, then the window lines' heads, as the places drop.
                 drop(held);
-                self.places = Few::new();
+                self.places = Vec::new();
                 return Poll::Ready(Ok(()));
             }
             drop(held);

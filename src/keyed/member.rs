@@ -22,7 +22,7 @@ use crate::window::{FixedWindow, SlidingLog, SlidingWindow};
 ///
 /// While nobody waits on the key, the composite decides on the key's word under its
 /// shard's lock, with the other members under theirs, all or nothing: no limiter is made
-/// for the key, and nothing is allocated (see
+/// for the key, and nothing is allocated but the decision's short lists of members (see
 /// [how a key is held](Keyed#how-a-key-is-held)). Only a composite that must wait makes
 /// the key whole (its whole limiter, holding exactly what the word held) and holds its
 /// place in the key's line there; every waiter of one key shares that one limiter, so the
