@@ -39,9 +39,12 @@
 //! grant, while nothing came back since. Each rule gives back no more than the gap, so the
 //! bucket never holds more than that history, whose grants keep the bound.
 //!
-//! Every take, refund and change of settings happens under the lock while a grant is
-//! unseen (the fast path's word stays seized: see `State::idle_limit`), so the room is
-//! noted at each, and a waiter reads its grant under the lock too, which counts it seen.
+//! The room is noted at every take, refund and change of settings under the lock, and
+//! at every take on the fast path's word too: while a grant is unseen the word carries a
+//! record bit, and each taker there notes the room it found for the lock's holder to read
+//! at its next seize (see `fast.rs`). So a grant left unread keeps no take off the word,
+//! and the rule sees the same takes whichever path served them. A waiter reads its grant
+//! under the lock, which counts it seen.
 
 use crate::bucket::queue::WaiterId;
 
