@@ -417,13 +417,11 @@ impl Limits {
     /// Waiter `id` was granted its tokens, just taken, and will be told.
     #[inline]
     pub(crate) fn granted(&mut self, id: WaiterId) {
-        let least = std::iter::once(&mut self.first)
-            .chain(self.others.iter_mut())
-            .map(|limit| {
-                let headroom = limit.headroom();
-                (&mut limit.least, headroom)
-            });
-        self.grants.granted(id, least);
+        let first = self.grants.granted(id);
+        for limit in self.iter_mut() {
+            let headroom = limit.headroom();
+            limit.least.granted(headroom, first);
+        }
     }
 
     /// A waiter read its grant of tokens, or left with it: it can no longer come back.

@@ -67,8 +67,8 @@ impl Least {
     }
 
     /// A grant was made, leaving `room`: the stretch since the newest starts here, and
-    /// the one since the oldest too when it is the only grant unseen.
-    fn granted(&mut self, room: u128, first: bool) {
+    /// the one since the oldest too when it is the `first` grant unseen.
+    pub(crate) fn granted(&mut self, room: u128, first: bool) {
         if first {
             self.since_oldest = room;
         }
@@ -120,20 +120,14 @@ impl Grants {
         self.unseen > 0
     }
 
-    /// Waiter `id` was granted, leaving each limit the room `rooms` gives: starts the
-    /// stretches of `least` (each limit's, from its room).
-    pub(crate) fn granted<'a>(
-        &mut self,
-        id: WaiterId,
-        least: impl Iterator<Item = (&'a mut Least, u128)>,
-    ) {
+    /// Waiter `id` was granted: returns whether it is the first grant unseen, which each
+    /// limit's [`Least::granted`] is told.
+    pub(crate) fn granted(&mut self, id: WaiterId) -> bool {
         let first = self.unseen == 0;
-        for (least, room) in least {
-            least.granted(room, first);
-        }
         self.unseen += 1;
         self.newest = id;
         self.given_back_since_newest = false;
+        first
     }
 
     /// A grant was read by its waiter (or left with it): it can no longer come back.
@@ -165,9 +159,11 @@ mod tests {
         for first in [1, 2] {
             let (mut grants, mut least) = (Grants::default(), Least::default());
             // 10 held; the first grant leaves room 5, the second 10.
-            grants.granted(1, [(&mut least, 5)].into_iter());
+            let oldest = grants.granted(1);
+            least.granted(5, oldest);
             least.note(5);
-            grants.granted(2, [(&mut least, 10)].into_iter());
+            let oldest = grants.granted(2);
+            least.granted(10, oldest);
             // 3 accrued (room 7), taken (room 10).
             least.note(7);
             let newest = grants.dropped(first);
@@ -184,9 +180,11 @@ mod tests {
     #[test]
     fn the_newest_grant_comes_back_whole_when_nothing_was_taken_since() {
         let (mut grants, mut least) = (Grants::default(), Least::default());
-        grants.granted(1, [(&mut least, 1)].into_iter());
+        let oldest = grants.granted(1);
+        least.granted(1, oldest);
         least.note(0);
-        grants.granted(2, [(&mut least, 4)].into_iter());
+        let oldest = grants.granted(2);
+        least.granted(4, oldest);
         assert!(grants.dropped(2));
         assert_eq!(least.give_back(4, 4, true), 4);
         // The older one: the bucket was full since it, so nothing.
@@ -197,7 +195,7 @@ mod tests {
     #[test]
     fn a_rate_change_rounds_the_rooms_down() {
         let mut least = Least::default();
-        Grants::default().granted(1, [(&mut least, 7)].into_iter());
+        least.granted(7, Grants::default().granted(1));
         least.change_period(2, 3);
         assert_eq!(
             least.give_back(100, 100, true),
