@@ -145,3 +145,41 @@ async fn a_late_observer_still_sees_grants_on_the_schedule() {
     tokio_test::assert_ready_ok!(first.poll());
     tokio_test::assert_ready_ok!(second.poll());
 }
+
+/// A bucket left running for a simulated year, observed at irregular instants down to
+/// the odd nanosecond, through the lock (a waiter queued now and then) and the word
+/// alike, has neither gained nor lost a token: what it granted over the year is exactly
+/// what its rate accrued, whatever the awkward rate.
+#[tokio::test(start_paused = true)]
+async fn a_simulated_year_neither_gains_nor_loses_a_token() {
+    const YEAR: u128 = 365 * 24 * 3600 * 1_000_000_000;
+    for rate in [
+        Rate::per_second(3),
+        Rate::new(7, Duration::from_nanos(999_999_937)),
+        Rate::new(1_000_003, ms(17)),
+    ] {
+        // Room for three hours' worth, so the cap never drops what accrues between looks.
+        let three_hours =
+            u128::from(rate.amount()) * 3 * 3_600_000_000_000 / rate.period().as_nanos();
+        let bucket = empty_bucket(rate, u64::try_from(three_hours).unwrap());
+        let start = Instant::now();
+        let (mut step, mut taken) = (1u64, 0u128);
+        while (Instant::now() - start).as_nanos() < YEAR {
+            tokio::time::advance(Duration::from_nanos(step)).await;
+            step = (step * 7_919 + 12_345_678_901) % 7_200_000_000_007;
+            let available = bucket.available();
+            if step % 5 == 0 {
+                // Now and then through the queue: one more than is held, granted at the
+                // instant it accrues.
+                bucket.take(available + 1).await.unwrap();
+                taken += u128::from(available + 1);
+            } else {
+                bucket.try_take(available).unwrap();
+                taken += u128::from(available);
+            }
+        }
+        let elapsed = (Instant::now() - start).as_nanos();
+        let accrued = elapsed * u128::from(rate.amount()) / rate.period().as_nanos();
+        assert_eq!(taken + u128::from(bucket.available()), accrued, "{rate}");
+    }
+}

@@ -1,16 +1,16 @@
 //! A bucket as [`Keyed`](crate::Keyed) holds it for a key nobody waits on: one plain
-//! `u64`, the fast path's `empty_at` (see `units.rs`), guarded by the key's shard lock,
+//! `u64`, the limit's `empty_at` (see `gcra.rs`), guarded by the key's shard lock,
 //! with the settings kept once for every key here. No `Arc`, no queue, no refill task.
 //!
 //! The word counts units since a base that its shard keeps and moves for all of its
 //! words at once (see [`CompactBucket::rebase`]). It is the same arithmetic as the fast
 //! path's word, so a compact key grants at the nanosecond the bucket would; a key that
-//! must wait is unfolded into a bucket holding the same ledger, and folded back once
+//! must wait is unfolded into a bucket holding the same instant, and folded back once
 //! nobody waits.
 
+use crate::bucket::gcra::{Units, COMPACT};
 use crate::bucket::handle::TokenBucket;
 use crate::bucket::state::Settings;
-use crate::bucket::units::{Units, COMPACT};
 use crate::clock::Clock;
 use crate::error::TryAcquireError;
 use crate::limiter::OneWord;
@@ -29,6 +29,14 @@ pub(crate) struct CompactBucket {
     clock: Clock,
 }
 
+impl CompactBucket {
+    /// The template's units counted from `base`.
+    #[inline]
+    fn from(&self, base: u64) -> Units {
+        Units { base, ..self.units }
+    }
+}
+
 impl OneWord for CompactBucket {
     type Limiter = TokenBucket;
 
@@ -40,8 +48,9 @@ impl OneWord for CompactBucket {
             return None;
         }
         let (rate, capacity) = (template.rate(), template.capacity());
-        Some(CompactBucket {
-            units: Units::new(rate, capacity, 0, 0, COMPACT)?,
+        let units = Units::new(rate, capacity, 0);
+        (units.fits(COMPACT) && units.lasts(COMPACT)).then(|| CompactBucket {
+            units,
             rate,
             queue_limit: template.queue_limit(),
             clock: template.clock().clone(),
@@ -61,7 +70,7 @@ impl OneWord for CompactBucket {
     /// `now` in the units of words counted from `base`.
     #[inline]
     fn reading(&self, now: u64, base: u64) -> Option<u64> {
-        Units { base, ..self.units }.at(now)
+        self.from(base).in_word(now, COMPACT)
     }
 
     /// Units before the new base all mean "full", so they become 0; the rest shift exactly.
@@ -79,20 +88,22 @@ impl OneWord for CompactBucket {
     ) -> Result<(), TryAcquireError> {
         // The base plays no part in taking: only in reading the clock.
         let units = &self.units;
-        *word = units
-            .decide(*word, tokens, now_units)
+        let empty_at = units
+            .decide((*word).into(), tokens, now_units.into())
             .map_err(|refusal| units.error(refusal))?;
+        *word = u64::try_from(empty_at).expect("at most now");
         Ok(())
     }
 
     #[inline]
     fn quota_of_word(&self, word: u64, now_units: u64) -> Quota {
-        self.units.quota(word, now_units)
+        self.units.quota(word.into(), now_units.into())
     }
 
     /// Up to a full bucket, as the bucket's `refund` would.
     fn refund_word(&self, word: &mut u64, tokens: u64, now_units: u64) {
-        *word = self.units.refund(*word, tokens, now_units);
+        let empty_at = (self.units).refund((*word).into(), tokens, now_units.into());
+        *word = u64::try_from(empty_at).expect("at most the word");
     }
 
     /// Whether `word` is a full bucket at `now_units`.
@@ -100,39 +111,35 @@ impl OneWord for CompactBucket {
     fn is_idle_word(&self, word: u64, now_units: u64) -> bool {
         // Nothing owed from a full bucket's worth ago on: what `tokens` would find equal
         // to the capacity, without its division.
-        word <= now_units - self.units.full()
+        u128::from(word) <= u128::from(now_units) - self.units.full()
     }
 
     /// The template's settings on its clock, holding exactly what the word holds.
-    fn unfold(&self, word: u64, now: u64, base: u64) -> TokenBucket {
-        let ledger = Units { base, ..self.units }.ledger(word, now, self.rate);
+    fn unfold(&self, word: u64, _now: u64, base: u64) -> TokenBucket {
         let settings = Settings::one_limit(self.rate, self.units.capacity, self.queue_limit);
-        TokenBucket::resumed(&settings, self.clock.clone(), Some(ledger))
+        let resumed = (self.from(base), word.into());
+        TokenBucket::resumed(&settings, self.clock.clone(), Some(resumed))
     }
 
-    /// Also: it is open, its settings are still the template's (a rate or capacity
+    /// Also: it is open, and its settings are still the template's (a rate or capacity
     /// changed through a handle from [`Keyed::get`](crate::Keyed::get) keeps it a
-    /// bucket), and its ledger fits the word.
+    /// bucket). The limit's instant is re-counted from the shard's base, exactly: the
+    /// units are the same.
     fn fold(&self, bucket: &TokenBucket, now: u64, base: u64) -> Option<u64> {
         if bucket.clock() != &self.clock || bucket.limit_count() != 1 {
             return None;
         }
         bucket
-            .read_idle_limit(now, |limit| {
-                if limit.rate != self.rate || limit.capacity != self.units.capacity {
+            .read_idle_limit(now, |limit, now| {
+                let units = self.from(base);
+                if limit.rate != self.rate || limit.units.capacity != units.capacity {
                     return None;
                 }
-                // A fraction left by a rate changed and changed back may need finer units
-                // than the template's: then the word cannot hold it exactly.
-                let units = Units::new(
-                    limit.rate,
-                    limit.capacity,
-                    base,
-                    limit.ledger.fraction(),
-                    COMPACT,
-                )?;
-                (units == Units { base, ..self.units })
-                    .then(|| units.empty_at(&limit.ledger, limit.rate))?
+                units.in_word(now, COMPACT)?;
+                let empty_at = limit.units.convert(limit.empty_at, now, &units);
+                u64::try_from(empty_at)
+                    .ok()
+                    .filter(|&word| word < COMPACT.horizon)
             })
             .flatten()
     }

@@ -2,27 +2,22 @@
 //! `try_take`, the requests served at once, `available`, `rate` and `stats` read or
 //! update it by compare-and-swap, without the lock.
 //!
-//! # The word is the ledger in other units
+//! # The word is the state behind the lock
 //!
-//! Divide the rate's amount and period by their greatest common divisor: then one
-//! nanosecond is worth `per_nanosecond` *units* and one token `per_token` units, both whole
-//! numbers. The word holds `empty_at`, the instant, in units, at which the bucket would
-//! hold nothing. At `now` it holds `now - empty_at` units, but never more than its
-//! capacity: taking `tokens` first raises `empty_at` to `now - capacity` (a full bucket)
-//! and then moves it `tokens` tokens' worth later, and is allowed only if it is then no
-//! later than `now`. This is GCRA (the generic cell rate algorithm), and it is the ledger
-//! behind the lock (whole tokens, a carried fraction, capped when observed) to the unit:
-//! converting between the two loses nothing, so a grant happens at the same nanosecond
-//! whichever path serves it.
+//! The word holds the one limit's `empty_at` (see `gcra.rs`), the instant, in the rate's
+//! units, at which the bucket would hold nothing: the very value the state behind the
+//! lock holds, in the same units, counted from the same base. So the word and the lock
+//! decide with one arithmetic, and a grant happens at the same nanosecond whichever
+//! path serves it.
 //!
 //! # Who holds the state
 //!
 //! The top bit, [`LOCKED`], says that the state behind the lock is the authority:
 //! someone waits, the bucket is closed, its numbers do not fit the word, it has several
-//! limits (one word holds one ledger: such a bucket's word stays seized for good), or a
+//! limits (one word holds one limit: such a bucket's word stays seized for good), or a
 //! locked operation is under way. Every locked operation first *seizes* the word (sets
-//! the bit and turns the word into the ledger), and when it ends with nobody waiting and
-//! the bucket open it *publishes* the ledger back. A waiter is queued only after the word is
+//! the bit, and takes the value it held as the limit's), and when it ends with nobody
+//! waiting and the bucket open it *publishes* the limit's value back. A waiter is queued only after the word is
 //! seized, and no compare-and-swap succeeds while the word is seized (each expects an
 //! open word), so a taker on the fast path never passes a waiter.
 //!
@@ -74,8 +69,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
 use crate::bucket::counters::{Count, Counters};
-use crate::bucket::ledger::Ledger;
-use crate::bucket::units::{Refusal, Units, WORD};
+use crate::bucket::gcra::{Refusal, Units, WORD};
+use crate::bucket::limits::Limit;
 use crate::error::TryTakeError;
 use crate::quota::Quota;
 use crate::rate::Rate;
@@ -102,8 +97,8 @@ struct Seen {
 
 impl Seen {
     #[inline]
-    fn empty_at(&self) -> u64 {
-        self.word & VALUE_MASK
+    fn empty_at(&self) -> u128 {
+        (self.word & VALUE_MASK).into()
     }
 }
 
@@ -136,10 +131,11 @@ pub(crate) struct FastPath {
 }
 
 impl FastPath {
-    /// A word that holds `ledger`, or stays seized when the settings do not fit it.
-    pub(crate) fn new(ledger: &Ledger, rate: Rate, capacity: u64) -> FastPath {
+    /// A word that holds `limit` at `now`, or stays seized when its settings do not fit
+    /// it.
+    pub(crate) fn new(limit: &mut Limit, now: u64) -> FastPath {
         let fast = FastPath::seized();
-        fast.publish(ledger, rate, capacity, false);
+        fast.publish(limit, now, false);
         fast
     }
 
@@ -181,11 +177,10 @@ impl FastPath {
             // second reading then sees.
             let units = Units {
                 per_nanosecond: self.per_nanosecond.load(Acquire),
-                per_token: self.per_token.load(Acquire),
+                per_token: self.per_token.load(Acquire).into(),
                 capacity: self.capacity.load(Acquire),
                 base: self.base.load(Acquire),
-                at_base: self.at_base.load(Acquire),
-                span: WORD,
+                at_base: self.at_base.load(Acquire).into(),
             };
             let more = more();
             // Unchanged, so no era began in between (its values never come back): the
@@ -204,7 +199,7 @@ impl FastPath {
         &self,
         tokens: u64,
         now: u64,
-        read: impl FnOnce(&Units, u64, u64) -> R,
+        read: impl FnOnce(&Units, u128, u128) -> R,
     ) -> Option<(Result<(), TryTakeError>, R)> {
         let (outcome, reading) = self.attempt(tokens, now, read)?;
         let result = outcome.map_err(|(refusal, units)| self.refuse(refusal, units));
@@ -236,12 +231,12 @@ impl FastPath {
         &self,
         tokens: u64,
         now: u64,
-        read: impl FnOnce(&Units, u64, u64) -> R,
+        read: impl FnOnce(&Units, u128, u128) -> R,
     ) -> Option<(Outcome, R)> {
         loop {
             let seen = self.see()?;
             let units = seen.units;
-            let now_units = units.at(now)?;
+            let now_units = units.in_word(now, WORD)?.into();
             match units.decide(seen.empty_at(), tokens, now_units) {
                 Ok(end) => {
                     // The word is open, so the bucket is; and taking nothing passes nobody
@@ -252,9 +247,9 @@ impl FastPath {
                             // one left by a swap that fails is lower than needed, never
                             // higher.
                             let room = units.room(seen.empty_at(), now_units);
-                            self.least_room.fetch_min(room, AcqRel);
+                            self.least_room.fetch_min(in_word(room), AcqRel);
                         }
-                        if !self.swap(&seen, end | (seen.word & RECORD)) {
+                        if !self.swap(&seen, in_word(end) | (seen.word & RECORD)) {
                             continue;
                         }
                         self.counters.add(Count::Taken, tokens);
@@ -270,18 +265,18 @@ impl FastPath {
     }
 
     #[inline]
-    fn swap(&self, seen: &Seen, empty_at: u64) -> bool {
+    fn swap(&self, seen: &Seen, word: u64) -> bool {
         self.word
-            .compare_exchange(seen.word, empty_at, AcqRel, Acquire)
+            .compare_exchange(seen.word, word, AcqRel, Acquire)
             .is_ok()
     }
 
     /// `read` of the word at `now`, if nobody waits: called with the word's units, its
     /// `empty_at` and `now` in those units.
     #[inline]
-    fn read<R>(&self, now: u64, read: impl FnOnce(&Units, u64, u64) -> R) -> Option<R> {
+    fn read<R>(&self, now: u64, read: impl FnOnce(&Units, u128, u128) -> R) -> Option<R> {
         let seen = self.see()?;
-        let now_units = seen.units.at(now)?;
+        let now_units = seen.units.in_word(now, WORD)?.into();
         Some(read(&seen.units, seen.empty_at(), now_units))
     }
 
@@ -309,24 +304,23 @@ impl FastPath {
                 self.rate_period.load(Acquire),
             )
         })?;
-        let now_units = seen.units.at(now)?;
+        let now_units = seen.units.in_word(now, WORD)?.into();
         let rate = Rate::new(amount, Duration::from_nanos(period));
         let tokens = seen.units.tokens(seen.empty_at(), now_units);
         Some((rate, seen.units.capacity, tokens))
     }
 
     /// The least room takers found since the word was published with [`RECORD`], in
-    /// parts of a token of `rate` (see `unseen.rs`); `None` when none took. Read by the
-    /// lock's holder once it has seized the word, and forgotten.
-    pub(crate) fn least_room_taken(&self, rate: Rate) -> Option<u128> {
+    /// the limit's units (see `unseen.rs`); `None` when none took. Read by the lock's
+    /// holder once it has seized the word, and forgotten.
+    pub(crate) fn least_room_taken(&self) -> Option<u128> {
         let room = self.least_room.swap(u64::MAX, AcqRel);
-        let scale = rate.period_nanos() / u128::from(self.per_token.load(Relaxed));
-        (room != u64::MAX).then(|| u128::from(room) * scale)
+        (room != u64::MAX).then_some(room.into())
     }
 
     /// Seizes the word for the lock's holder. When the word held the state, returns the
-    /// ledger it is worth at `now`, which becomes the authority until it is published.
-    pub(crate) fn seize(&self, now: u64, rate: Rate) -> Option<Ledger> {
+    /// limit's `empty_at` it held, which is the authority until it is published.
+    pub(crate) fn seize(&self) -> Option<u128> {
         // Seized already (someone is queued): only the lock's holder, which is us, hands
         // it back, so a load tells, without writing to the word every taker reads.
         if self.word.load(Relaxed) & LOCKED != 0 {
@@ -338,14 +332,16 @@ impl FastPath {
         }
         let empty_at = word & VALUE_MASK;
         self.note_highest(empty_at);
-        Some(self.units().ledger(empty_at, now, rate))
+        Some(empty_at.into())
     }
 
-    /// Hands the state back to the word; called by the lock's holder when nobody waits
-    /// and the bucket is open, with `record` while a grant is unseen (takers then note
-    /// the room they find). Leaves the word seized when `rate` and `capacity` do not fit
-    /// it, or when its life is spent.
-    pub(crate) fn publish(&self, ledger: &Ledger, rate: Rate, capacity: u64, record: bool) {
+    /// Hands `limit`'s state back to the word; called by the lock's holder when nobody
+    /// waits and the bucket is open, with `now` the latest instant it observed, and
+    /// `record` while a grant is unseen (takers then note the room they find). When the
+    /// limit's settings are not the word's era's, or its instants left the era's horizon,
+    /// a new era begins: the limit is re-counted from `now`, exactly (see the module's
+    /// docs). Leaves the word seized when the settings do not fit it, or its life is spent.
+    pub(crate) fn publish(&self, limit: &mut Limit, now: u64, record: bool) {
         debug_assert!(
             self.word.load(Relaxed) & LOCKED != 0,
             "only the lock's holder publishes"
@@ -353,33 +349,37 @@ impl FastPath {
         if self.spent.load(Relaxed) {
             return;
         }
-        let current = self.units();
-        let Some(mut units) = Units::new(rate, capacity, current.base, ledger.fraction(), WORD)
-        else {
-            return;
+        let inside = |units: &Units, empty_at: u128| {
+            units.in_word(now, WORD).is_some() && empty_at < u128::from(WORD.horizon)
         };
-        units.at_base = current.at_base;
-        // The same era while the settings are and the ledger's instant is inside its
-        // horizon: takers' views stay good.
-        let same_era = units == current
-            && self.holds_rate(rate)
-            && ledger.last() >= units.base
-            && units.at(ledger.last()).is_some();
+        let same_era = limit.units == self.units()
+            && self.holds_rate(limit.rate)
+            && inside(&limit.units, limit.empty_at);
         if !same_era {
             // Every value of the new era is at least `at_base - full`: above every value
             // the word has held (see the module's docs).
-            units.base = ledger.last();
-            units.at_base = self.highest.load(Relaxed) + 1 + units.full();
-            if !units.lasts() {
+            let mut units = Units {
+                base: now,
+                ..limit.units
+            };
+            units.at_base = u128::from(self.highest.load(Relaxed)) + 1 + units.full();
+            if !units.fits(WORD) {
+                // Settings the word cannot hold stay with the lock.
+                return;
+            }
+            if !units.lasts(WORD) {
                 // Spent: the lock serves from now on (see the module's docs).
                 self.spent.store(true, Relaxed);
                 return;
             }
-            self.write_settings(&units, rate);
+            limit.empty_at = limit.units.convert(limit.empty_at, now, &units);
+            limit.units = units;
+            if !inside(&units, limit.empty_at) {
+                return;
+            }
+            self.write_settings(&units, limit.rate);
         }
-        let empty_at = units
-            .empty_at(ledger, rate)
-            .expect("the ledger's instant is inside the era's horizon");
+        let empty_at = in_word(limit.empty_at);
         self.note_highest(empty_at);
         let record = if record { RECORD } else { 0 };
         // The note of the least room is not cleared here but only as it is read, after a
@@ -395,10 +395,10 @@ impl FastPath {
         // Release: a reader that sees one of these sees the seize before it too (see
         // `see_with`).
         self.per_nanosecond.store(units.per_nanosecond, Release);
-        self.per_token.store(units.per_token, Release);
+        self.per_token.store(in_word(units.per_token), Release);
         self.capacity.store(units.capacity, Release);
         self.base.store(units.base, Release);
-        self.at_base.store(units.at_base, Release);
+        self.at_base.store(in_word(units.at_base), Release);
         self.rate_amount.store(rate.amount(), Release);
         self.rate_period.store(
             u64::try_from(rate.period_nanos()).expect("checked by Units::new"),
@@ -416,11 +416,10 @@ impl FastPath {
     fn units(&self) -> Units {
         Units {
             per_nanosecond: self.per_nanosecond.load(Relaxed),
-            per_token: self.per_token.load(Relaxed),
+            per_token: self.per_token.load(Relaxed).into(),
             capacity: self.capacity.load(Relaxed),
             base: self.base.load(Relaxed),
-            at_base: self.at_base.load(Relaxed),
-            span: WORD,
+            at_base: self.at_base.load(Relaxed).into(),
         }
     }
 
@@ -430,32 +429,32 @@ impl FastPath {
     }
 }
 
+/// A value checked to fit the word: an instant inside the era's horizon, a room of at
+/// most a full bucket, or a setting `Units::fits` allowed.
+#[inline]
+fn in_word(value: u128) -> u64 {
+    u64::try_from(value).expect("inside the word's horizon")
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::bucket::counters::Tally;
-    use crate::bucket::units::WORD_HORIZON;
+    use crate::bucket::gcra::tests::rates;
+    use crate::bucket::gcra::WORD_HORIZON;
+    use crate::bucket::limits::Limits;
+    use crate::bucket::queue::WaiterQueue;
 
     const SECOND: u64 = 1_000_000_000;
 
-    /// Rates whose units are awkward: a prime amount, a period not a whole number of
-    /// microseconds, many units a nanosecond, a slow rate.
-    fn rates() -> [Rate; 5] {
-        [
-            Rate::per_second(3),
-            Rate::new(7, Duration::from_nanos(999_999_937)),
-            Rate::new(1_000_003, Duration::from_millis(17)),
-            Rate::per_hour(5),
-            Rate::per_second(1_000_000),
-        ]
+    /// One limit of `rate` and `capacity` holding `tokens` at 0, as the lock holds it.
+    fn one_limit(rate: Rate, capacity: u64, tokens: u64) -> Limits {
+        Limits::new((rate, capacity), &[], Some(tokens), 0)
     }
 
-    /// The ledger after running from `initial` tokens at 0 to `now`, capped.
-    fn ledger_at(rate: Rate, capacity: u64, initial: u64, now: u64) -> Ledger {
-        let mut ledger = Ledger::new(initial, 0);
-        ledger.advance(now, rate);
-        ledger.cap(capacity);
-        ledger
+    /// A word publishing `limits`' one limit at 0.
+    fn word_of(limits: &mut Limits) -> FastPath {
+        FastPath::new(limits.first_mut(), 0)
     }
 
     /// `try_take` on the word, reading nothing more.
@@ -464,120 +463,60 @@ mod tests {
             .map(|(result, ())| result)
     }
 
-    /// What the lock's holder does when the word sends a `try_take` to it: seize, decide
-    /// on the ledger, publish (moving the base when it must).
+    /// `try_take` as the state behind the lock decides it, with nobody waiting.
+    fn locked_try_take(limits: &mut Limits, tokens: u64, now: u64) -> Result<(), TryTakeError> {
+        limits.observe(now);
+        if limits.tokens() >= tokens {
+            limits.take(tokens);
+            return Ok(());
+        }
+        let nanos = limits.wait_behind(&WaiterQueue::default(), tokens);
+        Err(TryTakeError::Insufficient {
+            retry_after: Duration::from_nanos(nanos),
+        })
+    }
+
+    /// What the lock's holder does when the word sends a `try_take` to it: seize, decide,
+    /// publish (beginning a new era when it must).
     fn try_take_locked(
         fast: &FastPath,
+        limits: &mut Limits,
         tokens: u64,
         now: u64,
-        rate: Rate,
-        capacity: u64,
     ) -> Result<(), TryTakeError> {
-        let mut ledger = fast.seize(now, rate).expect("nobody else holds it");
-        let result = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
-        fast.publish(&ledger, rate, capacity, false);
+        if let Some(empty_at) = fast.seize() {
+            limits.adopt(empty_at, None);
+        }
+        let result = locked_try_take(limits, tokens, now);
+        let now = limits.now();
+        fast.publish(limits.first_mut(), now, false);
         result
     }
 
-    /// `try_take` as the ledger behind the lock decides it, with nobody waiting.
-    fn ledger_try_take(
-        ledger: &mut Ledger,
-        tokens: u64,
-        now: u64,
-        rate: Rate,
-        capacity: u64,
-    ) -> Result<(), TryTakeError> {
-        ledger.advance(now, rate);
-        ledger.cap(capacity);
-        if ledger.tokens() >= tokens {
-            ledger.take(tokens);
-            Ok(())
-        } else {
-            let nanos = ledger.time_until(u128::from(tokens), rate);
-            Err(TryTakeError::Insufficient {
-                retry_after: Duration::from_nanos(nanos),
-            })
-        }
-    }
-
+    /// The word decides every `try_take` exactly as the lock does, `retry_after`
+    /// included, over an irregular walk through time.
     #[test]
-    fn a_ledger_and_its_word_convert_without_losing_a_part() {
-        for rate in rates() {
-            for capacity in [1, 2, 10, 1_000] {
-                let units = Units::new(rate, capacity, 5, 0, WORD).expect("fits");
-                for now in [
-                    5,
-                    6,
-                    333_333_337,
-                    SECOND + 1,
-                    17 * SECOND / 3,
-                    3_600 * SECOND,
-                ] {
-                    let ledger = ledger_at(rate, capacity, 0, now);
-                    // Past the horizon of base 5 the lock's holder moves the base to now.
-                    let units = match units.at(now) {
-                        Some(_) => units,
-                        None => Units { base: now, ..units },
-                    };
-                    let empty_at = units.empty_at(&ledger, rate).expect("inside the horizon");
-                    assert_eq!(
-                        units.ledger(empty_at, now, rate),
-                        ledger,
-                        "{rate} {capacity} {now}"
-                    );
-                }
-            }
-        }
-    }
-
-    /// The word decides every `try_take` exactly as the ledger behind the lock does,
-    /// `retry_after` included, over an irregular walk through time.
-    #[test]
-    fn the_word_decides_as_the_ledger_does() {
+    fn the_word_decides_as_the_lock_does() {
         for rate in rates() {
             for capacity in [1, 3, 50] {
-                let mut ledger = Ledger::new(capacity / 2, 0);
-                let fast = FastPath::new(&ledger, rate, capacity);
+                let mut expected = one_limit(rate, capacity, capacity / 2);
+                let mut locked = one_limit(rate, capacity, capacity / 2);
+                let fast = word_of(&mut locked);
                 let mut now = 0u64;
                 let mut step = 1u64;
                 for request in 0..2_000u64 {
                     now += step;
                     step = (step * 7_919 + 104_729) % (3 * SECOND / 2);
                     let tokens = request % (capacity + 1);
-                    let expected = ledger_try_take(&mut ledger, tokens, now, rate, capacity);
+                    let wanted = locked_try_take(&mut expected, tokens, now);
                     let decided = try_take(&fast, tokens, now)
-                        .unwrap_or_else(|| try_take_locked(&fast, tokens, now, rate, capacity));
-                    assert_eq!(decided, expected, "{rate} capacity {capacity} at {now}");
+                        .unwrap_or_else(|| try_take_locked(&fast, &mut locked, tokens, now));
+                    assert_eq!(decided, wanted, "{rate} capacity {capacity} at {now}");
                     if let Some(available) = fast.available(now) {
-                        assert_eq!(available, ledger.tokens());
+                        assert_eq!(available, expected.tokens());
                     }
                 }
             }
-        }
-    }
-
-    /// A rate change can leave a fraction of a token that the new rate's own divisor does
-    /// not divide (found by the model-based tests): the word's units then divide it too,
-    /// and `retry_after` stays exact to the nanosecond.
-    #[test]
-    fn a_fraction_left_by_a_rate_change_is_kept_to_the_part() {
-        let first = Rate::new(3, Duration::from_nanos(1_450_775_289));
-        let mut ledger = Ledger::new(0, 0);
-        ledger.advance(1_000_000, first);
-        for rate in [
-            Rate::new(2, Duration::from_millis(1)),
-            Rate::new(1, Duration::from_millis(1)),
-        ] {
-            ledger.change_rate(first, rate);
-            let fast = FastPath::new(&ledger, rate, 7);
-            let mut expected = ledger.clone();
-            let decided = try_take(&fast, 1, 1_000_000).expect("the word is open");
-            assert_eq!(
-                decided,
-                ledger_try_take(&mut expected, 1, 1_000_000, rate, 7),
-                "{rate}"
-            );
-            assert_eq!(fast.seize(1_000_000, rate), Some(expected), "{rate}");
         }
     }
 
@@ -586,38 +525,52 @@ mod tests {
         // A full bucket of 10,000 tokens at one an hour is 3.6e16 units: past the 2^50
         // a change of settings may spend.
         let rate = Rate::per_hour(1);
-        let ledger = Ledger::new(10_000, 0);
-        let fast = FastPath::new(&ledger, rate, 10_000);
+        let fast = word_of(&mut one_limit(rate, 10_000, 10_000));
         assert_eq!(try_take(&fast, 1, 0), None);
         assert_eq!(fast.available(0), None);
         // 400 at one an hour is 1.44e15 units, past 2^50 (1.13e15); 312 fit.
-        let fast = FastPath::new(&Ledger::new(400, 0), rate, 400);
+        let fast = word_of(&mut one_limit(rate, 400, 400));
         assert_eq!(fast.available(0), None);
-        let fast = FastPath::new(&Ledger::new(312, 0), rate, 312);
+        let fast = word_of(&mut one_limit(rate, 312, 312));
         assert_eq!(fast.available(0), Some(312));
         // A rate of more than 2^32 units a nanosecond would spend its word in less than
         // two seconds.
-        let fast = FastPath::new(
-            &Ledger::new(1, 0),
-            Rate::new(u64::MAX, Duration::from_nanos(1)),
-            1,
-        );
+        let fastest = Rate::new(u64::MAX, Duration::from_nanos(1));
+        let fast = word_of(&mut one_limit(fastest, 1, 1));
         assert_eq!(try_take(&fast, 1, 0), None);
     }
 
     #[test]
     fn a_seized_word_sends_everyone_to_the_lock_until_published() {
-        let rate = Rate::per_second(10);
-        let fast = FastPath::new(&Ledger::new(5, 0), rate, 5);
-        let ledger = fast.seize(SECOND, rate).expect("the word held the state");
-        assert_eq!(ledger.tokens(), 5);
-        assert_eq!(fast.seize(SECOND, rate), None, "seized twice");
+        let mut limits = one_limit(Rate::per_second(10), 5, 5);
+        let fast = word_of(&mut limits);
+        let empty_at = fast.seize().expect("the word held the state");
+        limits.adopt(empty_at, None);
+        limits.observe(SECOND);
+        assert_eq!(limits.tokens(), 5);
+        assert_eq!(fast.seize(), None, "seized twice");
         assert_eq!(try_take(&fast, 1, SECOND), None);
         assert!(!fast.take_now(1, SECOND));
         assert_eq!(fast.settings_and_tokens(SECOND), None);
-        fast.publish(&ledger, rate, 5, false);
+        fast.publish(limits.first_mut(), SECOND, false);
         assert_eq!(try_take(&fast, 1, SECOND), Some(Ok(())));
         assert_eq!(fast.available(SECOND), Some(4));
+    }
+
+    /// Seizing the word sets a bit and nothing more: the lock's holder reads the very
+    /// value the word held, in the very units.
+    #[test]
+    fn the_word_holds_the_lock_s_own_value() {
+        let mut limits = one_limit(Rate::per_second(3), 7, 2);
+        let fast = word_of(&mut limits);
+        let published = limits.first().empty_at;
+        assert_eq!(try_take(&fast, 2, SECOND), Some(Ok(())));
+        let taken = fast.seize().expect("open");
+        let units = limits.first().units;
+        assert_eq!(
+            taken,
+            units.capped(published, units.at(SECOND)) + 2 * units.per_token
+        );
     }
 
     /// 2,000,000,003 units a nanosecond: a word that lasts about 2.3 s of its clock.
@@ -626,36 +579,24 @@ mod tests {
     }
 
     /// A word taken from until it is spent hands the bucket to the lock for good, and
-    /// every decision, by the word or by the lock, is the ledger's.
+    /// every decision, by the word or by the lock, is the lock's.
     #[test]
     fn a_busy_word_is_spent_and_the_lock_keeps_the_books_exactly() {
         let (rate, capacity) = (fast_units(), 100);
-        let mut ledger = Ledger::new(capacity, 0);
-        let fast = FastPath::new(&ledger, rate, capacity);
+        let mut expected = one_limit(rate, capacity, capacity);
+        let mut locked = one_limit(rate, capacity, capacity);
+        let fast = word_of(&mut locked);
         let (mut by_word, mut by_lock) = (0u64, 0u64);
         let mut now = 0;
         while now < 5 * SECOND {
             now += 3 * SECOND / 10 + 13;
+            let wanted = locked_try_take(&mut expected, capacity, now);
             let Some(decided) = try_take(&fast, capacity, now) else {
-                // Open until spent: what it held is the ledger's.
-                if let Some(held) = fast.seize(now, rate) {
-                    let mut expected = ledger.clone();
-                    expected.advance(now, rate);
-                    expected.cap(capacity);
-                    assert_eq!(held, expected, "at {now}");
-                }
-                assert_eq!(
-                    ledger_try_take(&mut ledger, capacity, now, rate, capacity),
-                    Ok(())
-                );
-                fast.publish(&ledger, rate, capacity, false);
+                assert_eq!(try_take_locked(&fast, &mut locked, capacity, now), wanted);
                 by_lock += 1;
                 continue;
             };
-            assert_eq!(
-                decided,
-                ledger_try_take(&mut ledger, capacity, now, rate, capacity)
-            );
+            assert_eq!(decided, wanted);
             by_word += 1;
         }
         // 0.3 s a step: 7 inside the first era's 2.3 s. The last take's units, 4.2e18,
@@ -674,20 +615,24 @@ mod tests {
     #[test]
     fn a_spent_word_stays_seized() {
         let (rate, capacity) = (Rate::per_second(10), 5);
-        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
-        let ledger = fast.seize(0, rate).expect("open");
+        let mut limits = one_limit(rate, capacity, capacity);
+        let fast = word_of(&mut limits);
+        limits.adopt(fast.seize().expect("open"), None);
         fast.highest.store(WORD_HORIZON - 100_000_000, Relaxed);
-        fast.publish(&ledger, Rate::per_second(20), capacity, false);
+        limits.set_rate(0, Rate::per_second(20));
+        fast.publish(limits.first_mut(), 0, false);
         assert_eq!(fast.available(0), None);
-        assert_eq!(fast.seize(0, rate), None, "still seized");
-        // Back to the settings of the last era it held: still spent.
-        fast.publish(&ledger, rate, capacity, false);
+        assert_eq!(fast.seize(), None, "still seized");
+        // Back to the rate of the last era it held: still spent.
+        limits.set_rate(0, rate);
+        fast.publish(limits.first_mut(), 0, false);
         assert_eq!(fast.available(0), None);
         // The same settings keep their era, which holds whatever the highest value.
-        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
-        let ledger = fast.seize(0, rate).expect("open");
+        let mut limits = one_limit(rate, capacity, capacity);
+        let fast = word_of(&mut limits);
+        limits.adopt(fast.seize().expect("open"), None);
         fast.highest.store(WORD_HORIZON - 1, Relaxed);
-        fast.publish(&ledger, rate, capacity, false);
+        fast.publish(limits.first_mut(), 0, false);
         assert_eq!(fast.available(0), Some(capacity));
     }
 
@@ -696,15 +641,17 @@ mod tests {
     #[test]
     fn an_idle_word_past_its_horizon_serves_again() {
         let (rate, capacity) = (fast_units(), 100);
-        let fast = FastPath::new(&Ledger::new(capacity, 0), rate, capacity);
+        let mut limits = one_limit(rate, capacity, capacity);
+        let fast = word_of(&mut limits);
         let mut now = SECOND / 10;
         assert_eq!(try_take(&fast, capacity, now), Some(Ok(())));
         for _ in 0..4 {
             now += 3 * SECOND;
             assert_eq!(try_take(&fast, 1, now), None, "past the horizon");
-            let ledger = fast.seize(now, rate).expect("open until now");
-            assert_eq!(ledger.tokens(), capacity);
-            fast.publish(&ledger, rate, capacity, false);
+            limits.adopt(fast.seize().expect("open until now"), None);
+            limits.observe(now);
+            assert_eq!(limits.tokens(), capacity);
+            fast.publish(limits.first_mut(), now, false);
             assert_eq!(try_take(&fast, capacity, now), Some(Ok(())));
             assert_eq!(
                 try_take(&fast, 1, now),
@@ -716,20 +663,22 @@ mod tests {
     }
 
     /// A taker that read the word and stalled while its settings changed, however many
-    /// times and back again, with the ledger where it was, cannot swap the word: its
+    /// times and back again, with the limit where it was, cannot swap the word: its
     /// values never come back across a change. (With an 8-bit count of changes, 256 of
     /// them brought the word back to the very bits the taker read.)
     #[test]
     fn a_stalled_taker_cannot_swap_after_any_number_of_changes() {
         let rates = [Rate::per_second(10), Rate::per_second(20)];
-        let fast = FastPath::new(&Ledger::new(5, 0), rates[0], 5);
+        let mut limits = one_limit(rates[0], 5, 5);
+        let fast = word_of(&mut limits);
         let stale = fast.see().expect("open");
         for change in 0..512 {
-            let ledger = fast.seize(0, rates[change % 2]).expect("open");
-            assert_eq!(ledger, Ledger::new(5, 0));
-            fast.publish(&ledger, rates[(change + 1) % 2], 5, false);
+            limits.adopt(fast.seize().expect("open"), None);
+            assert_eq!(limits.tokens(), 5);
+            limits.set_rate(0, rates[(change + 1) % 2]);
+            fast.publish(limits.first_mut(), 0, false);
             assert!(
-                !fast.swap(&stale, stale.empty_at() + 1),
+                !fast.swap(&stale, stale.word + 1),
                 "after {} changes",
                 change + 1
             );
@@ -742,7 +691,8 @@ mod tests {
     #[test]
     fn each_era_begins_above_every_value_the_takers_wrote() {
         let rates = [Rate::per_second(10), Rate::per_second(20)];
-        let fast = FastPath::new(&Ledger::new(5, 0), rates[0], 5);
+        let mut limits = one_limit(rates[0], 5, 5);
+        let fast = word_of(&mut limits);
         let stale = fast.see().expect("open");
         let mut highest = stale.empty_at();
         for change in 0..64usize {
@@ -752,15 +702,17 @@ mod tests {
                     highest = highest.max(fast.see().expect("open").empty_at());
                 }
             }
-            let ledger = fast.seize(now, rates[change % 2]).expect("open");
-            fast.publish(&ledger, rates[(change + 1) % 2], 5, false);
+            limits.adopt(fast.seize().expect("open"), None);
+            limits.observe(now);
+            limits.set_rate(0, rates[(change + 1) % 2]);
+            fast.publish(limits.first_mut(), now, false);
             let first = fast.see().expect("open").empty_at();
             assert!(
                 first > highest,
                 "era {change} begins at {first}, not above {highest}"
             );
             highest = first;
-            assert!(!fast.swap(&stale, stale.empty_at() + 1));
+            assert!(!fast.swap(&stale, stale.word + 1));
         }
     }
 }

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use crate::bucket::counters::Tally;
 use crate::bucket::future::{Closed, Take, TakeTimeout, Wait, WaitTimeout};
-use crate::bucket::ledger::Ledger;
+use crate::bucket::gcra::Units;
 use crate::bucket::limits::{self, Limit};
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::shared::{HeldBucket, Shared};
 use crate::bucket::state::{Leaving, Settings, State};
 use crate::bucket::stats::{LimitStats, Stats};
-use crate::bucket::units::Units;
-use crate::clock::{Clock, Moment, NEVER};
+use crate::clock::{Clock, NEVER};
 use crate::error::{ConfigError, TryTakeError};
 use crate::observe::{Kind as ObservedKind, Observer};
 use crate::quota::{Policy, Quota};
@@ -141,26 +140,31 @@ impl TokenBucket {
         Ok(bucket)
     }
 
-    /// A bucket of checked `settings` on `clock`, whose one limit holds `ledger` if given
-    /// (as a compact key of `Keyed` hands its state over), else starts as `settings` say.
+    /// A bucket of checked `settings` on `clock`, whose one limit is empty at the instant
+    /// given in the units given (as a compact key of `Keyed` hands its state over), else
+    /// starts as `settings` say.
     pub(crate) fn resumed(
         settings: &Settings,
         clock: Clock,
-        ledger: Option<Ledger>,
+        resumed: Option<(Units, u128)>,
     ) -> TokenBucket {
         TokenBucket {
-            shared: Arc::new(Shared::new(settings, clock, ledger, Observer::default())),
+            shared: Arc::new(Shared::new(settings, clock, resumed, Observer::default())),
         }
     }
 
-    /// Runs `read` on the one limit at `now`, if the bucket is idle enough for the fast
-    /// path to hold its state (one limit, open, nobody waiting, no grant unseen): what a
-    /// compact key of `Keyed` folds back from. The limit's ledger is brought to `now` (or
-    /// later, if a racing taker took tokens accrued after it) and capped.
-    pub(crate) fn read_idle_limit<R>(&self, now: u64, read: impl FnOnce(&Limit) -> R) -> Option<R> {
+    /// Runs `read` on the one limit and the instant it is capped at, at `now` or later
+    /// (a racing caller's), if the bucket is idle enough for the fast path to hold its
+    /// state (one limit, open, nobody waiting): what a compact key of `Keyed` folds back
+    /// from.
+    pub(crate) fn read_idle_limit<R>(
+        &self,
+        now: u64,
+        read: impl FnOnce(&Limit, u64) -> R,
+    ) -> Option<R> {
         self.shared.update(now, |state, now| {
-            state.serve(now);
-            state.idle_limit().map(read)
+            let now = state.serve(now);
+            state.idle_limit().map(|limit| read(limit, now))
         })
     }
 
@@ -210,7 +214,7 @@ impl TokenBucket {
     fn try_take_reading<R>(
         &self,
         tokens: u64,
-        fast: impl FnOnce(&Units, u64, u64) -> R,
+        fast: impl FnOnce(&Units, u128, u128) -> R,
         locked: impl FnOnce(&mut State, u64) -> R,
     ) -> (Result<(), TryTakeError>, R) {
         let now = self.shared.clock.now();
@@ -277,7 +281,7 @@ impl TokenBucket {
         if let Some((rate, capacity, _)) = self.shared.fast.settings_and_tokens(now) {
             return limits::policy(rate, capacity);
         }
-        let state = self.shared.lock(now);
+        let state = self.shared.lock();
         let first = state.policies().next();
         first.expect("a bucket has a limit")
     }
@@ -311,10 +315,7 @@ impl TokenBucket {
         if self.limit_count() == 1 {
             return vec![self.first_policy()];
         }
-        self.shared
-            .lock(self.shared.clock.now())
-            .policies()
-            .collect()
+        self.shared.lock().policies().collect()
     }
 
     /// Takes `tokens`, waiting in first-in, first-out order until they are there.
@@ -564,7 +565,7 @@ impl TokenBucket {
         if let Some((rate, _, _)) = self.shared.fast.settings_and_tokens(now) {
             return rate;
         }
-        self.shared.lock(now).rate()
+        self.shared.lock().rate()
     }
 
     /// Waiters in the queue now (those that gave up are not counted).
@@ -591,6 +592,11 @@ impl TokenBucket {
     /// once. With [several limits](crate::Builder::limit), it changes the first one's
     /// (limit 0), as [`set_limit_rate`](TokenBucket::set_limit_rate)`(0, rate)` does.
     ///
+    /// What the bucket holds is re-counted in the new rate's units, rounded down: it can
+    /// lose less than one unit of the new rate, `d / period` of a token, where `d` is the
+    /// greatest common divisor of the new amount and period in nanoseconds (a millionth
+    /// of a token for `Rate::per_second(1_000)`). It never gains.
+    ///
     /// # Errors
     ///
     /// [`ConfigError::ZeroRate`] for a zero amount or period; the rate is then unchanged.
@@ -609,7 +615,8 @@ impl TokenBucket {
 
     /// Changes limit `limit`'s rate from now on (limits are numbered as
     /// [`Builder::limit`](crate::Builder::limit) says: 0 is the first). Tokens it accrued
-    /// so far stay; waiters are rescheduled at once.
+    /// so far stay, rounded down to a unit of the new rate as
+    /// [`set_rate`](TokenBucket::set_rate) says; waiters are rescheduled at once.
     ///
     /// # Errors
     ///
@@ -891,17 +898,15 @@ impl TokenBucket {
             // Without the lock, which an idle bucket's word spares.
             Settings::one_limit(self.rate(), self.capacity(), queue_limit)
         } else {
-            self.shared
-                .lock(self.shared.clock.now())
-                .settings_when_full(queue_limit)
+            self.shared.lock().settings_when_full(queue_limit)
         };
         TokenBucket::from_settings(settings)
             .expect("a live bucket's settings passed validation when it was made")
     }
 
-    /// The state as of `moment`, held for a composite until the guard is dropped.
-    pub(crate) fn hold_lock(&self, moment: Moment) -> HeldBucket<'_> {
-        self.shared.hold(moment)
+    /// The state, held for a composite until the guard is dropped.
+    pub(crate) fn hold_lock(&self) -> HeldBucket<'_> {
+        self.shared.hold()
     }
 
     /// What orders this bucket among a composite's members, the same for every clone.

@@ -1,11 +1,10 @@
-//! The bucket's limits ("10 a second and 1,000 an hour"): each a rate, a capacity and a
-//! ledger of its own, and the operations that act on all of them at one instant.
+//! The bucket's limits ("10 a second and 1,000 an hour"): each a rate, a capacity and
+//! the instant it would be empty at (see `gcra.rs`), and the operations that act on all
+//! of them at one instant.
 //!
 //! A request takes from every limit at one instant, or from none: it is served at the
 //! first nanosecond at which every limit holds its tokens (the latest of their
-//! `ready_at`), and what the bucket holds is the least any limit holds. The first limit
-//! is kept inline and the others in a vector, so a bucket with one limit allocates
-//! nothing for them, and its replay does what it did before there were several.
+//! `ready_at`), and what the bucket holds is the least any limit holds.
 //!
 //! # The cap
 //!
@@ -16,20 +15,22 @@
 //! that very nanosecond keeps what the nanosecond added beyond it until the grants due
 //! then are made, and is capped right after.
 //!
-//! This is the one-limit bucket's rule as it always was. With one limit a waiter waits
-//! only while the bucket holds less than it asks, which is at most the capacity, so the
-//! cap can bite only at the nanosecond of a grant; there, capping first would throw away
-//! part of a token that the grant leaves behind on the schedule. With several limits the
-//! head waits for the slowest one while the others fill: capped only once the queue
-//! emptied, as one limit was, they would hold and then grant far more than their own
-//! `capacity + rate × t` (the cap bounds every limit's grants in any interval `t` by
-//! that, plus what one nanosecond adds).
+//! With one limit a waiter waits only while the bucket holds less than it asks, which
+//! is at most the capacity, so the cap can bite only at the nanosecond of a grant; there,
+//! capping first would throw away part of a token that the grant leaves behind on the
+//! schedule. With several limits the head waits for the slowest one while the others
+//! fill: capped only once the queue emptied, they would hold and then grant far more
+//! than their own `capacity + rate × t` (the cap bounds every limit's grants in any
+//! interval `t` by that, plus what one nanosecond adds).
 //!
-//! The replay applies the rule in two places: advancing a limit to an instant caps it
-//! if it was full a nanosecond before ([`Ledger::advance_capped`]), and every observation
-//! ends by capping every limit ([`Limits::cap`]). Capping at an observation changes
-//! nothing that the first would not do a nanosecond later, so what the bucket does never
-//! depends on when anyone looks.
+//! The replay applies the rule in two places: bringing a limit to a grant's instant caps
+//! it if it was full a nanosecond before ([`Units::capped_by_time`]), and every
+//! observation ends by capping every limit ([`Limits::observe`]). Capping at an
+//! observation changes nothing that the first would not do a nanosecond later, so what
+//! the bucket does never depends on when anyone looks. While a composite's hold heads
+//! the queue the observation stores nothing: the limits stay as they were when only time
+//! changed them, and the hold's grant is made, straight on their instants, as of the
+//! instant every member admitted it.
 //!
 //! # Grants not seen yet
 //!
@@ -39,7 +40,7 @@
 
 use std::time::Duration;
 
-use crate::bucket::ledger::Ledger;
+use crate::bucket::gcra::Units;
 use crate::bucket::queue::{WaiterId, WaiterQueue};
 use crate::bucket::stats::LimitStats;
 use crate::bucket::unseen::{Grants, Least};
@@ -52,50 +53,59 @@ use crate::rate::Rate;
 /// refused `try_take` costs a bounded time under the lock however long the queue.
 const REPLAYED_AHEAD: usize = 64;
 
-/// One limit: its rate, its capacity, what it holds, and its least room while a grant
-/// is unseen.
+/// One limit: its rate, its units (the capacity among them), the instant it would be
+/// empty at (see `gcra.rs`), and its least room while a grant is unseen.
 #[derive(Debug)]
 pub(crate) struct Limit {
     pub(crate) rate: Rate,
-    pub(crate) capacity: u64,
-    pub(crate) ledger: Ledger,
+    pub(crate) units: Units,
+    pub(crate) empty_at: u128,
     least: Least,
 }
 
 impl Limit {
     fn new(rate: Rate, capacity: u64, tokens: u64, now: u64) -> Limit {
+        let units = Units::new(rate, capacity, now);
         Limit {
             rate,
-            capacity,
-            ledger: Ledger::new(tokens, now),
+            units,
+            empty_at: units.at(now) - u128::from(tokens) * units.per_token,
             least: Least::default(),
         }
     }
 
-    fn advance(&mut self, now: u64) {
-        self.ledger.advance_capped(now, self.rate, self.capacity);
+    pub(crate) fn capacity(&self) -> u64 {
+        self.units.capacity
     }
 
-    /// What the limit has room for before it is full, in parts of a token.
-    fn headroom(&self) -> u128 {
-        let period = self.rate.period_nanos();
-        u128::from(self.capacity)
-            .saturating_mul(period)
-            .saturating_sub(self.ledger.parts(period))
+    fn tokens(&self, now: u64) -> u64 {
+        self.units.tokens(self.empty_at, self.units.at(now))
+    }
+
+    /// What the limit has room for before it is full at `at`, in units.
+    fn room(&self, at: u64) -> u128 {
+        self.units.room(self.empty_at, self.units.at(at))
+    }
+
+    /// `empty_at` capped at `now`.
+    fn capped(&self, now: u64) -> u128 {
+        self.units.capped(self.empty_at, self.units.at(now))
+    }
+
+    /// New settings from `now` on: what the limit holds then is re-counted in the new
+    /// rate's units (see `gcra.rs`) and capped at the new capacity.
+    fn reset(&mut self, rate: Rate, capacity: u64, now: u64) {
+        let units = Units::new(rate, capacity, now);
+        let converted = self.units.convert(self.capped(now), now, &units);
+        self.least.rescale(&self.units, &units);
+        self.empty_at = units.capped(converted, units.at(now));
+        (self.rate, self.units) = (rate, units);
     }
 
     /// The limit's budget: its capacity per the time its rate takes to fill it from
     /// empty, rounded up to the nanosecond.
     pub(crate) fn policy(&self) -> Policy {
-        policy(self.rate, self.capacity)
-    }
-
-    fn stats(&self) -> LimitStats {
-        LimitStats {
-            rate: self.rate,
-            capacity: self.capacity,
-            available: self.ledger.tokens(),
-        }
+        policy(self.rate, self.capacity())
     }
 }
 
@@ -117,27 +127,15 @@ pub(crate) fn policy(rate: Rate, capacity: u64) -> Policy {
 /// Every limit of a bucket; never none.
 #[derive(Debug)]
 pub(crate) struct Limits {
-    first: Limit,
-    /// A boxed slice, not a vector: one word smaller, and empty it allocates nothing. The
-    /// bucket's shared state stays within the allocation size it had with one limit.
-    others: Box<[Limit]>,
-    /// The ledgers as they stood once a composite's hold reached the head, kept until
-    /// anything but time changes them: its grant is made as of the instant every member
-    /// of the composite allowed it, which its task, woken by a timer of 1 ms ticks, may
-    /// see only later (see [`rewind`](Limits::rewind)). Boxed: one word while none is
-    /// kept, and only a composite's wait makes one.
-    held_from: Option<Box<Ledgers>>,
+    limits: Vec<Limit>,
+    /// The latest instant observed.
+    now: u64,
+    /// Since this instant only time has changed the limits: the last grant's, change's
+    /// or cap's. No request is served before it, and a composite's hold at the head may
+    /// be granted as of any instant from it on (see `State::commit_hold`).
+    since: u64,
     /// The grants not yet seen by their waiters (see `unseen.rs`).
     grants: Grants,
-}
-
-/// Every limit's ledger, in order, as hold `hold` reached the head: what
-/// [`Limits::held_from`] keeps.
-#[derive(Debug)]
-struct Ledgers {
-    hold: WaiterId,
-    first: Ledger,
-    others: Box<[Ledger]>,
 }
 
 impl Limits {
@@ -149,229 +147,160 @@ impl Limits {
         initial: Option<u64>,
         now: u64,
     ) -> Limits {
-        let limit = |(rate, capacity): (Rate, u64)| {
+        let limit = |&(rate, capacity): &(Rate, u64)| {
             Limit::new(rate, capacity, initial.unwrap_or(capacity), now)
         };
         Limits {
-            first: limit(first),
-            others: others.iter().copied().map(limit).collect(),
-            held_from: None,
+            limits: std::iter::once(&first).chain(others).map(limit).collect(),
+            now,
+            since: now,
             grants: Grants::default(),
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        1 + self.others.len()
+        self.limits.len()
     }
 
     #[inline]
     pub(crate) fn is_single(&self) -> bool {
-        self.others.is_empty()
+        self.limits.len() == 1
     }
 
     pub(crate) fn first(&self) -> &Limit {
-        &self.first
+        &self.limits[0]
+    }
+
+    pub(crate) fn first_mut(&mut self) -> &mut Limit {
+        &mut self.limits[0]
     }
 
     pub(crate) fn get(&self, index: usize) -> Option<&Limit> {
-        match index {
-            0 => Some(&self.first),
-            _ => self.others.get(index - 1),
-        }
-    }
-
-    fn get_mut(&mut self, index: usize) -> Option<&mut Limit> {
-        match index {
-            0 => Some(&mut self.first),
-            _ => self.others.get_mut(index - 1),
-        }
+        self.limits.get(index)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Limit> {
-        std::iter::once(&self.first).chain(self.others.iter())
+        self.limits.iter()
     }
 
-    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Limit> {
-        std::iter::once(&mut self.first).chain(self.others.iter_mut())
-    }
-
-    /// The instant every ledger is accurate at (they move together).
+    /// The latest instant observed.
     #[inline]
-    pub(crate) fn last(&self) -> u64 {
-        self.first.ledger.last()
+    pub(crate) fn now(&self) -> u64 {
+        self.now
     }
 
-    /// Adds what accrued up to `now` to every limit, capped as time passes (see the
-    /// module's docs): what `now`'s own nanosecond added beyond a capacity stays until
-    /// [`cap`](Limits::cap). An earlier `now` changes nothing.
+    /// Brings every limit to `at`, a grant's or a deadline's instant, capped as time
+    /// passes (see the module's docs): what `at`'s own nanosecond added beyond a
+    /// capacity stays until [`observe`](Limits::observe). An instant before the last
+    /// change changes nothing.
     #[inline]
-    pub(crate) fn advance(&mut self, now: u64) {
-        self.first.advance(now);
-        for limit in self.others.iter_mut() {
-            limit.advance(now);
+    pub(crate) fn advance(&mut self, at: u64) {
+        if at < self.since {
+            return;
+        }
+        for limit in self.limits.iter_mut() {
+            let units = limit.units;
+            limit.empty_at = units.capped_by_time(limit.empty_at, units.at(at));
+        }
+        self.since = at;
+        self.now = self.now.max(at);
+    }
+
+    /// An observation at `now` ends: every limit is capped at its capacity.
+    #[inline]
+    pub(crate) fn observe(&mut self, now: u64) {
+        self.advance(now);
+        for limit in self.limits.iter_mut() {
+            limit.empty_at = limit.capped(now);
         }
     }
 
-    /// Drops whatever any limit holds above its capacity.
-    #[inline]
-    pub(crate) fn cap(&mut self) {
-        self.first.ledger.cap(self.first.capacity);
-        for limit in self.others.iter_mut() {
-            limit.ledger.cap(limit.capacity);
-        }
+    /// An observation at `now` while a composite's hold heads the queue: nothing is
+    /// stored, so that its grant can be made as of an earlier instant.
+    pub(crate) fn pass_time(&mut self, now: u64) {
+        self.now = self.now.max(now);
+    }
+
+    /// Something other than time changed the limits at the latest instant observed.
+    fn changed(&mut self) {
+        self.since = self.now;
     }
 
     /// Whole tokens held: the least any limit holds.
     #[inline]
     pub(crate) fn tokens(&self) -> u64 {
-        self.others
-            .iter()
-            .fold(self.first.ledger.tokens(), |least, limit| {
-                least.min(limit.ledger.tokens())
-            })
+        let now = self.now;
+        self.iter()
+            .map(|limit| limit.tokens(now))
+            .min()
+            .unwrap_or(0)
     }
 
     /// The smallest capacity: the largest request that can ever be served.
     #[inline]
     pub(crate) fn capacity(&self) -> u64 {
-        self.others
-            .iter()
-            .fold(self.first.capacity, |least, limit| {
-                least.min(limit.capacity)
-            })
+        self.iter().map(Limit::capacity).min().unwrap_or(0)
     }
 
     /// The smallest capacity were limit `index`'s `capacity` instead.
     pub(crate) fn capacity_with(&self, index: usize, capacity: u64) -> u64 {
-        self.iter()
-            .enumerate()
-            .map(|(at, limit)| {
-                if at == index {
-                    capacity
-                } else {
-                    limit.capacity
-                }
-            })
-            .min()
-            .unwrap_or(capacity)
+        let with = |(at, limit): (usize, &Limit)| match at == index {
+            true => capacity,
+            false => limit.capacity(),
+        };
+        self.iter().enumerate().map(with).min().unwrap_or(capacity)
     }
 
-    /// The first nanosecond at which every limit holds `need` whole tokens, if nothing is
-    /// taken before (the latest of their instants), or [`NEVER`]. Exact while `need` is at
-    /// most every capacity: a limit capped at its capacity still holds `need`.
+    /// The first nanosecond, from the last change on, at which every limit holds `need`
+    /// whole tokens, if nothing is taken before (the latest of their instants), or
+    /// [`NEVER`]. Exact while `need` is at most every capacity: a limit capped at its
+    /// capacity still holds `need`.
     #[inline]
     pub(crate) fn ready_at(&self, need: u64) -> u64 {
-        self.others.iter().fold(
-            self.first.ledger.ready_at(need, self.first.rate),
-            |latest, limit| latest.max(limit.ledger.ready_at(need, limit.rate)),
-        )
+        let ready = |limit: &Limit| limit.units.ready_at(limit.empty_at, need.into());
+        self.iter().map(ready).fold(self.since, u64::max)
     }
 
-    /// What the ledgers hold changed other than by time: those kept for a composite's
-    /// hold no longer lead to them by time alone.
-    #[inline]
-    fn changed(&mut self) {
-        self.held_from = None;
-    }
-
-    /// Hold `hold` heads the queue: keeps the ledgers as they stand, unless kept for it
-    /// already (since when only time changed them). Those kept for another hold, which
-    /// left the head without taking, go: this one reached the head only now.
-    #[inline]
-    pub(crate) fn hold_at_head(&mut self, hold: WaiterId) {
-        if self.held_from.as_ref().map(|kept| kept.hold) != Some(hold) {
-            self.held_from = Some(Box::new(Ledgers {
-                hold,
-                first: self.first.ledger.clone(),
-                others: self
-                    .others
-                    .iter()
-                    .map(|limit| limit.ledger.clone())
-                    .collect(),
-            }));
-        }
-    }
-
-    /// The first instant the ledgers kept as the hold reached the head held `tokens`, or
-    /// `None` if none are kept: time alone changed them since, so from then on they hold
-    /// `tokens` still.
-    pub(crate) fn held_ready_at(&self, hold: WaiterId, tokens: u64) -> Option<u64> {
-        let kept = self.held_from.as_ref().filter(|kept| kept.hold == hold)?;
-        let first = kept.first.ready_at(tokens, self.first.rate);
-        let others = self.others.iter().zip(kept.others.iter());
-        Some(others.fold(first, |latest, (limit, ledger)| {
-            latest.max(ledger.ready_at(tokens, limit.rate))
-        }))
-    }
-
-    /// Brings the ledgers back to where a grant of `tokens` made at `as_of` finds them:
-    /// from those kept as the hold reached the head, to `as_of`, or to the instant they
-    /// first held `tokens` if that is later. Time alone changed them since, so this is
-    /// the very state the ledgers passed through; the caller takes, then serves up to
-    /// now. Without ledgers kept (anything else changed them meanwhile, and they were
-    /// kept again at the current instant), nothing changes.
-    pub(crate) fn rewind(&mut self, hold: WaiterId, tokens: u64, as_of: u64) {
-        let Some(kept) = self.held_from.take().filter(|kept| kept.hold == hold) else {
-            return;
-        };
-        let Ledgers { first, others, .. } = *kept;
-        self.first.ledger = first;
-        for (limit, ledger) in self.others.iter_mut().zip(others.into_vec()) {
-            limit.ledger = ledger;
-        }
-        let at = self.ready_at(tokens).max(as_of);
-        self.advance(at);
-    }
-
-    /// Removes `tokens` from every limit; the caller has checked they are held. Taking none
-    /// changes nothing, not even what is remembered (a waiting composite's ledgers).
+    /// Removes `tokens` from every limit, at the instant they were brought to; the caller
+    /// has checked they are held.
     #[inline]
     pub(crate) fn take(&mut self, tokens: u64) {
-        if tokens == 0 {
-            return;
-        }
-        self.changed();
-        self.first.ledger.take(tokens);
-        for limit in self.others.iter_mut() {
-            limit.ledger.take(tokens);
-        }
-    }
-
-    /// Puts back `tokens` taken at this same instant, which nobody received.
-    pub(crate) fn give_back(&mut self, tokens: u64) {
-        self.changed();
-        for limit in self.iter_mut() {
-            limit.ledger.give_back(tokens);
+        for limit in self.limits.iter_mut() {
+            limit.empty_at += u128::from(tokens) * limit.units.per_token;
         }
     }
 
     /// Adds refunded `tokens` to every limit, each capped at its capacity.
     pub(crate) fn refund(&mut self, tokens: u64) {
-        self.give_back(tokens);
-        self.cap();
+        self.changed();
+        let now = self.now;
+        for limit in self.limits.iter_mut() {
+            let units = limit.units;
+            limit.empty_at = units.refund(limit.empty_at, tokens, units.at(now));
+        }
         // Less room now: a grant dropped later may not count on what there was.
         self.note_headroom();
     }
 
-    /// Limit `index`'s rate becomes `rate` from the ledgers' instant on. The caller has
-    /// checked both, served up to now and recorded the headroom.
+    /// Limit `index`'s rate becomes `rate` from now on. The caller has checked both and
+    /// served up to now.
     pub(crate) fn set_rate(&mut self, index: usize, rate: Rate) {
         self.changed();
-        let Some(limit) = self.get_mut(index) else {
-            return;
-        };
-        limit.ledger.change_rate(limit.rate, rate);
-        (limit.least).change_period(limit.rate.period_nanos(), rate.period_nanos());
-        limit.rate = rate;
+        self.note_headroom();
+        let now = self.now;
+        if let Some(limit) = self.limits.get_mut(index) {
+            limit.reset(rate, limit.capacity(), now);
+        }
     }
 
     /// Limit `index`'s capacity becomes `capacity`, dropping what it holds above. The
-    /// caller has checked both and recorded the headroom.
+    /// caller has checked both and served up to now.
     pub(crate) fn set_capacity(&mut self, index: usize, capacity: u64) {
         self.changed();
-        if let Some(limit) = self.get_mut(index) {
-            limit.capacity = capacity;
-            limit.ledger.cap(capacity);
+        self.note_headroom();
+        let now = self.now;
+        if let Some(limit) = self.limits.get_mut(index) {
+            limit.reset(limit.rate, capacity, now);
         }
         // A lowered capacity may leave less room than before.
         self.note_headroom();
@@ -379,17 +308,23 @@ impl Limits {
 
     /// A snapshot of each limit, in order.
     pub(crate) fn stats(&self) -> Vec<LimitStats> {
-        self.iter().map(Limit::stats).collect()
+        let stats = |limit: &Limit| LimitStats {
+            rate: limit.rate,
+            capacity: limit.capacity(),
+            available: limit.tokens(self.now),
+        };
+        self.iter().map(stats).collect()
     }
 
-    /// Makes `ledger`, read from the fast path's word, the first limit's: only a bucket
-    /// with one limit hands its state to the word.
-    pub(crate) fn adopt(&mut self, ledger: Ledger, least_room: Option<u128>) {
+    /// Makes `empty_at`, read from the fast path's word, the first limit's: only a
+    /// bucket with one limit hands its state to the word, in the word's very units.
+    pub(crate) fn adopt(&mut self, empty_at: u128, least_room: Option<u128>) {
         debug_assert!(self.is_single());
         self.changed();
-        self.first.ledger = ledger;
+        let first = self.first_mut();
+        first.empty_at = empty_at;
         if let Some(room) = least_room {
-            self.first.least.note(room);
+            first.least.note(room);
         }
     }
 
@@ -401,15 +336,16 @@ impl Limits {
         self.grants.is_active()
     }
 
-    /// Notes each limit's room just before it may jump up (a take, a raise of a capacity,
-    /// a rate change) or just after it fell (a refund, a lowered capacity), while a grant
-    /// may be unseen.
+    /// Notes each limit's room at the last change, just before it may jump up (a take,
+    /// a raise of a capacity, a rate change) or just after it fell (a refund, a lowered
+    /// capacity), while a grant may be unseen.
     #[inline]
     pub(crate) fn note_headroom(&mut self) {
         if self.unseen_active() {
-            for limit in self.iter_mut() {
-                let headroom = limit.headroom();
-                limit.least.note(headroom);
+            let at = self.since;
+            for limit in self.limits.iter_mut() {
+                let room = limit.room(at);
+                limit.least.note(room);
             }
         }
     }
@@ -418,9 +354,10 @@ impl Limits {
     #[inline]
     pub(crate) fn granted(&mut self, id: WaiterId) {
         let first = self.grants.granted(id);
-        for limit in self.iter_mut() {
-            let headroom = limit.headroom();
-            limit.least.granted(headroom, first);
+        let at = self.since;
+        for limit in self.limits.iter_mut() {
+            let room = limit.room(at);
+            limit.least.granted(room, first);
         }
     }
 
@@ -433,16 +370,18 @@ impl Limits {
     /// what the rule of `unseen.rs` allows. Returns whether any came back.
     pub(crate) fn give_back_unseen(&mut self, id: WaiterId, tokens: u64) -> bool {
         let newest = self.grants.dropped(id);
+        let now = self.now;
         let mut returned = false;
-        for limit in self.iter_mut() {
-            let period = limit.rate.period_nanos();
-            let headroom = limit.headroom();
-            let own = u128::from(tokens).saturating_mul(period);
-            let parts = limit.least.give_back(own, headroom, newest);
-            limit.ledger.give_back_parts(parts, period);
-            returned |= parts > 0;
+        for limit in self.limits.iter_mut() {
+            let own = u128::from(tokens).saturating_mul(limit.units.per_token);
+            let room = limit.room(now);
+            let back = limit.least.give_back(own, room, newest);
+            if back > 0 {
+                limit.empty_at = limit.capped(now) - back;
+                returned = true;
+            }
         }
-        // Only a change to what the ledgers hold forgets what was remembered of them.
+        // Only a change to what the limits hold moves the instant of the last change.
         if returned {
             self.changed();
         }
@@ -451,9 +390,9 @@ impl Limits {
 
     // ----- How long a newcomer waits ------------------------------------------------
 
-    /// Nanoseconds from the ledgers' instant until a newcomer asking for `tokens` would be
-    /// served, were everyone in `queue` served first, in order, and nobody else; never
-    /// shorter than that true wait, or [`NEVER`].
+    /// Nanoseconds from now until a newcomer asking for `tokens` would be served, were
+    /// everyone in `queue` served first, in order, and nobody else; never shorter than
+    /// that true wait, or [`NEVER`].
     ///
     /// With one limit it is when the tokens ahead and the newcomer's have accrued: exact
     /// unless waits are queued (see `WaiterQueue::tokens_ahead_of`). With several, that
@@ -466,16 +405,24 @@ impl Limits {
     /// the grant before it, which can only be later.
     pub(crate) fn wait_behind(&self, queue: &WaiterQueue, tokens: u64) -> u64 {
         if self.is_single() {
-            let needed = queue.tokens_ahead_of(tokens);
-            return self.first.ledger.time_until(needed, self.first.rate);
+            return self.single_wait(queue.tokens_ahead_of(tokens));
         }
         self.replay_wait(queue, |_| tokens, REPLAYED_AHEAD)
     }
 
-    /// Nanoseconds from the ledgers' instant until every limit is full again, were
-    /// everyone in `queue` served first, in order, and nothing else taken; never shorter
-    /// than that, or [`NEVER`]. Full is each limit's own capacity: [`wait_behind`] for a
-    /// newcomer asking each limit for its capacity, and as exact.
+    /// Nanoseconds from now until the one limit holds `needed` tokens, nothing taken.
+    fn single_wait(&self, needed: u128) -> u64 {
+        let first = self.first();
+        match first.units.ready_at(first.capped(self.now), needed) {
+            NEVER => NEVER,
+            ready => ready.saturating_sub(self.now),
+        }
+    }
+
+    /// Nanoseconds from now until every limit is full again, were everyone in `queue`
+    /// served first, in order, and nothing else taken; never shorter than that, or
+    /// [`NEVER`]. Full is each limit's own capacity: [`wait_behind`] for a newcomer
+    /// asking each limit for its capacity, and as exact.
     ///
     /// With one limit and waiters queued, the bucket holds less than the head asks, so
     /// it never reaches its capacity before they are served: full once the tokens they
@@ -486,17 +433,9 @@ impl Limits {
     /// [`wait_behind`]: Limits::wait_behind
     pub(crate) fn full_behind(&self, queue: &WaiterQueue) -> u64 {
         if self.is_single() {
-            let needed = queue.tokens_ahead_of(self.first.capacity);
-            return self.first.ledger.time_until(needed, self.first.rate);
+            return self.single_wait(queue.tokens_ahead_of(self.first().capacity()));
         }
-        if queue.is_empty() {
-            // The common case, without the replay's copy of the ledgers.
-            let until_full = self
-                .iter()
-                .map(|limit| (limit.ledger).time_until(u128::from(limit.capacity), limit.rate));
-            return until_full.max().unwrap_or(0);
-        }
-        self.replay_wait(queue, |limit| limit.capacity, REPLAYED_AHEAD)
+        self.replay_wait(queue, Limit::capacity, REPLAYED_AHEAD)
     }
 
     /// [`wait_behind`](Limits::wait_behind) for several limits, replaying at most
@@ -507,8 +446,8 @@ impl Limits {
         newcomer: impl Fn(&Limit) -> u64,
         replayed: usize,
     ) -> u64 {
-        let start = self.last();
-        let mut ledgers: Vec<Ledger> = self.iter().map(|limit| limit.ledger.clone()).collect();
+        let start = self.now;
+        let mut empty_at: Vec<u128> = self.iter().map(|limit| limit.capped(start)).collect();
         let mut at = start;
         let mut replayed_tokens: u64 = 0;
         // `None` for the newcomer, last.
@@ -528,12 +467,9 @@ impl Limits {
                 return self.bound_from_empty(at, count, rest).saturating_sub(start);
             }
             let need = |limit: &Limit| request.map_or_else(|| newcomer(limit), |(need, _)| need);
-            let ready = self
-                .iter()
-                .zip(&ledgers)
-                .map(|(limit, ledger)| ledger.ready_at(need(limit), limit.rate))
-                .max()
-                .unwrap_or(NEVER);
+            let ready = (self.iter().zip(&empty_at))
+                .map(|(limit, &empty_at)| limit.units.ready_at(empty_at, need(limit).into()))
+                .fold(at, u64::max);
             if ready == NEVER {
                 return NEVER;
             }
@@ -541,9 +477,10 @@ impl Limits {
             let Some((need, consumes)) = request else {
                 break;
             };
-            for (limit, ledger) in self.iter().zip(&mut ledgers) {
-                ledger.advance_capped(ready, limit.rate, limit.capacity);
-                ledger.take(consumes);
+            for (limit, empty_at) in self.iter().zip(&mut empty_at) {
+                let units = limit.units;
+                *empty_at = units.capped_by_time(*empty_at, units.at(ready))
+                    + u128::from(consumes) * units.per_token;
             }
             replayed_tokens = replayed_tokens.saturating_add(need);
         }
@@ -556,10 +493,9 @@ impl Limits {
     /// (a capped limit still holds `n_k`, which is at most its capacity); summed, that is
     /// at most `max_i ⌈tokens / r_i⌉ + count` nanoseconds.
     fn bound_from_empty(&self, from: u64, count: usize, tokens: u64) -> u64 {
-        let empty = Ledger::new(0, 0);
         let slowest = self
             .iter()
-            .map(|limit| empty.time_until(u128::from(tokens), limit.rate))
+            .map(|limit| limit.units.nanos_for(tokens.into()))
             .max()
             .unwrap_or(NEVER);
         from.saturating_add(slowest)
@@ -574,6 +510,11 @@ mod tests {
     use std::time::Duration;
 
     const SECOND: u64 = 1_000_000_000;
+
+    /// Makes `limit` hold `tokens` at `now`.
+    fn empty(limit: &mut Limit, tokens: u64, now: u64) {
+        limit.empty_at = limit.units.at(now) - u128::from(tokens) * limit.units.per_token;
+    }
 
     fn take(tokens: u64) -> Request {
         Request {
@@ -600,12 +541,12 @@ mod tests {
             None,
             0,
         );
-        limits.others[0].ledger = Ledger::new(0, 0);
+        empty(&mut limits.limits[1], 0, 0);
         let queue = queue_of(&[take(1), take(1), take(1)]);
         let needed = queue.tokens_ahead_of(1);
         let accrual = limits
             .iter()
-            .map(|limit| limit.ledger.time_until(needed, limit.rate))
+            .map(|limit| limit.units.ready_at(limit.empty_at, needed))
             .max();
         assert_eq!(accrual, Some(3 * SECOND));
         assert_eq!(limits.wait_behind(&queue, 1), 7 * SECOND / 2);
@@ -630,8 +571,8 @@ mod tests {
                         Some(0),
                         0,
                     );
-                    limits.first.ledger = Ledger::new(held.0.min(capacities.0), 0);
-                    limits.others[0].ledger = Ledger::new(held.1.min(capacities.1), 0);
+                    empty(&mut limits.limits[0], held.0.min(capacities.0), 0);
+                    empty(&mut limits.limits[1], held.1.min(capacities.1), 0);
                     let smallest = limits.capacity();
                     let requests: Vec<Request> = (0..7u64)
                         .map(|n| Request {
@@ -658,10 +599,9 @@ mod tests {
     }
 
     #[test]
-    fn one_limit_allocates_nothing_and_answers_as_its_ledger() {
+    fn one_limit_answers_as_its_instant() {
         let limits = Limits::new((Rate::per_second(4), 8), &[], Some(3), 0);
         assert!(limits.is_single());
-        assert!(limits.others.is_empty());
         assert_eq!(
             (limits.tokens(), limits.capacity(), limits.len()),
             (3, 8, 1)
@@ -682,12 +622,15 @@ mod tests {
         assert_eq!(limits.capacity_with(1, 4), 4);
         // 10/s reaches 3 at 300 ms; 15 per 2 s at 400 ms.
         assert_eq!(limits.ready_at(3), 400_000_000);
-        limits.advance(400_000_000);
+        limits.observe(400_000_000);
         assert_eq!(limits.tokens(), 3);
         // By 2 s the first is long full, capped as it filled; the second holds 15.
-        limits.advance(2 * SECOND);
-        assert_eq!(limits.first.ledger.tokens(), 10);
-        assert_eq!(limits.first.ledger.fraction(), 0);
+        limits.observe(2 * SECOND);
+        let first = limits.first();
+        assert_eq!(
+            first.empty_at,
+            first.units.at(2 * SECOND) - first.units.full()
+        );
         assert_eq!(limits.tokens(), 10);
     }
 }

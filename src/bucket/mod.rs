@@ -19,15 +19,14 @@
 //!   taken by compare-and-swap without the lock (noting the room while a grant is
 //!   unseen).
 //! - `state.rs`: the state behind the lock and `serve`, which replays the schedule.
-//! - `limits.rs`: the bucket's limits, each a rate, a capacity and a ledger, and the cap
+//! - `limits.rs`: the bucket's limits, each a rate, a capacity and an instant, and the cap
 //!   that keeps each within its own.
 //! - `unseen.rs`: grants not yet seen by their waiters, and the rule of a few numbers
 //!   that says what one dropped unseen gives back.
 //! - `outcomes.rs`: the outcomes decided for waiters, which they read under the lock.
 //! - `queue.rs`: the FIFO queue of waiters and their wakers.
-//! - `units.rs`: the same arithmetic as `ledger.rs` in one word's units, for the fast path
-//!   and for a compact key of `Keyed`.
-//! - `ledger.rs`: the exact token arithmetic, in integers.
+//! - `gcra.rs`: a limit's one form of state, the instant it would be empty at, and the
+//!   exact arithmetic on it that the lock, the fast path and a compact key share.
 //! - `counters.rs`: the counters behind [`Stats`], atomic, beside the fast path's word.
 //! - `stats.rs`: [`Stats`], a snapshot of the counters, and [`LimitStats`], of a limit.
 //!
@@ -43,8 +42,8 @@ pub(crate) mod compact;
 mod counters;
 mod fast;
 mod future;
+mod gcra;
 mod handle;
-mod ledger;
 mod limiter;
 mod limits;
 mod outcomes;
@@ -53,7 +52,6 @@ pub(crate) mod refill;
 mod shared;
 pub(crate) mod state;
 mod stats;
-mod units;
 mod unseen;
 
 pub use builder::Builder;

@@ -15,7 +15,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::bucket::fast::FastPath;
-use crate::bucket::ledger::Ledger;
+use crate::bucket::gcra::Units;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill::{self, Refill, Served};
 use crate::bucket::state::{Admission, Leaving, Settings, State};
@@ -98,9 +98,9 @@ impl Drop for Locked<'_> {
             "waiters told their outcomes must be woken once the lock is released"
         );
         self.state.flush_tally(&self.fast.counters);
-        let record = self.state.unseen_active();
-        if let Some(limit) = self.state.idle_limit() {
-            (self.fast).publish(&limit.ledger, limit.rate, limit.capacity, record);
+        let (record, now) = (self.state.unseen_active(), self.state.now());
+        if let Some(limit) = self.state.idle_limit_mut() {
+            self.fast.publish(limit, now, record);
         }
     }
 }
@@ -115,20 +115,21 @@ enum Begun {
 
 impl Shared {
     /// A bucket of checked `settings` on `clock`, reporting through `observer`, whose one
-    /// limit holds `ledger` if given (as a compact key of `Keyed` hands its state over),
-    /// else starts as `settings` say.
+    /// limit is empty at the instant given in the units given (as a compact key of
+    /// `Keyed` hands its state over), else starts as `settings` say.
     pub(crate) fn new(
         settings: &Settings,
         clock: Clock,
-        ledger: Option<Ledger>,
+        resumed: Option<(Units, u128)>,
         observer: Observer,
     ) -> Shared {
         let mut state = State::new(settings, clock.now());
-        if let Some(ledger) = ledger {
-            state.adopt(ledger, None);
+        if let Some((units, empty_at)) = resumed {
+            state.resume(units, empty_at);
         }
-        let fast = match state.idle_limit() {
-            Some(limit) => FastPath::new(&limit.ledger, limit.rate, limit.capacity),
+        let now = state.now();
+        let fast = match state.idle_limit_mut() {
+            Some(limit) => FastPath::new(limit, now),
             None => FastPath::seized(),
         };
         Shared {
@@ -152,13 +153,13 @@ impl Shared {
     /// but a waiter's timer check, before anything was decided (see `begin_locked`),
     /// so the state is consistent even when poisoned, and poisoning is ignored.
     #[inline]
-    pub(crate) fn lock(&self, now: u64) -> Locked<'_> {
+    pub(crate) fn lock(&self) -> Locked<'_> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         // A bucket of several limits never hands the word its state: nothing to seize.
         if self.limits == 1 {
-            if let Some(ledger) = self.fast.seize(now, state.rate()) {
-                let least_room = self.fast.least_room_taken(state.rate());
-                state.adopt(ledger, least_room);
+            if let Some(empty_at) = self.fast.seize() {
+                let least_room = self.fast.least_room_taken();
+                state.adopt(empty_at, least_room);
             }
         }
         Locked {
@@ -170,7 +171,7 @@ impl Shared {
     /// Runs `change` on the state at `now`, then releases it as [`release`](Shared::release)
     /// says.
     pub(crate) fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        let mut state = self.lock(now);
+        let mut state = self.lock();
         let result = change(&mut state, now);
         self.release(state);
         result
@@ -238,11 +239,11 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The state as of `moment`, held for a composite until the guard is dropped.
-    pub(crate) fn hold(self: &Arc<Self>, moment: Moment) -> HeldBucket<'_> {
+    /// The state, held for a composite until the guard is dropped.
+    pub(crate) fn hold(self: &Arc<Self>) -> HeldBucket<'_> {
         HeldBucket {
             shared: self,
-            state: Some(self.lock(self.clock.at(moment))),
+            state: Some(self.lock()),
         }
     }
 
@@ -339,7 +340,7 @@ impl Shared {
             return;
         }
         clock::require_timer();
-        let mut state = self.lock(self.clock.now());
+        let mut state = self.lock();
         // Outside any runtime there is nobody to start it; the next poll inside one will.
         let _ = self.ensure_refill(&mut state);
     }
@@ -352,9 +353,7 @@ impl Shared {
         consumes: u64,
         cx: &mut Context<'_>,
     ) -> Poll<Outcome> {
-        let decided = self
-            .lock(self.clock.now())
-            .poll_outcome(id, consumes, cx.waker());
+        let decided = self.lock().poll_outcome(id, consumes, cx.waker());
         if let Some(outcome) = decided {
             return Poll::Ready(outcome);
         }
@@ -378,7 +377,7 @@ impl Served for Shared {
 
     fn serve_due(&self, wakers: &mut Vec<Waker>) -> Option<Option<Instant>> {
         let now = self.clock.now();
-        let mut state = self.lock(now);
+        let mut state = self.lock();
         #[cfg(all(test, not(loom)))]
         if self.panic_in_refill.load(Ordering::Relaxed) {
             panic!("a panic in the refill task, made by a test");
@@ -392,7 +391,7 @@ impl Served for Shared {
     }
 
     fn refill_lost(&self) {
-        let mut state = self.lock(self.clock.now());
+        let mut state = self.lock();
         state.refill_lost();
         self.unlock_and_wake(state, Vec::new());
     }

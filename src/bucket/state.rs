@@ -19,7 +19,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use crate::bucket::counters::{Count, Counters, Tally};
-use crate::bucket::ledger::Ledger;
+use crate::bucket::gcra::Units;
 use crate::bucket::limits::{Limit, Limits};
 use crate::bucket::outcomes::Outcomes;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId, WaiterQueue};
@@ -125,7 +125,8 @@ pub(crate) enum Leaving {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    /// Every limit's rate, capacity and ledger, and each one's record of grants unseen.
+    /// Every limit's rate, capacity and instant, and each one's least room while a grant
+    /// is unseen.
     limits: Limits,
     queue_limit: Option<u64>,
     queue: WaiterQueue,
@@ -142,6 +143,9 @@ pub(crate) struct State {
     /// The composite hold last woken for reaching the head, so that it is woken once
     /// there, not at every look (it then decides when to look again).
     hold_woken: Option<WaiterId>,
+    /// The composite hold that headed the queue at the last look, while the limits store
+    /// nothing of time passing (see `limits.rs`).
+    hold_at_head: Option<WaiterId>,
 }
 
 impl State {
@@ -161,6 +165,7 @@ impl State {
             wakers: Vec::new(),
             outcomes: Outcomes::default(),
             hold_woken: None,
+            hold_at_head: None,
         }
     }
 
@@ -179,9 +184,9 @@ impl State {
         let first = self.limits.first();
         Settings {
             rate: first.rate,
-            capacity: first.capacity,
+            capacity: first.capacity(),
             more: (self.limits.iter().skip(1))
-                .map(|limit| (limit.rate, limit.capacity))
+                .map(|limit| (limit.rate, limit.capacity()))
                 .collect(),
             initial: None,
             queue_limit,
@@ -198,7 +203,8 @@ impl State {
 
     /// Brings the bucket up to `now`: grants every waiter whose tokens accrued by then and
     /// expires every waiter whose deadline passed first, each at its own instant, in
-    /// order. Returns `now`, or the ledger's time if a racing caller already went past it.
+    /// order. Returns `now`, or the latest instant observed if a racing caller already went
+    /// past it.
     pub(crate) fn serve(&mut self, now: u64) -> u64 {
         self.replay(now).0
     }
@@ -206,22 +212,30 @@ impl State {
     /// [`serve`](State::serve), returning also what [`next_due`](State::next_due) would
     /// say afterwards: it is found on the way, at the head the replay stops at. Neither
     /// expiring waiters behind that head (their deadlines are at or before `now`, the
-    /// head's is after it) nor advancing the ledger to `now` (the head's instant is
+    /// head's is after it) nor capping the limits at `now` (the head's instant is
     /// reckoned exactly from any earlier point of the same accrual) changes it.
     fn replay(&mut self, now: u64) -> (u64, u64) {
-        let now = now.max(self.limits.last());
+        let now = now.max(self.limits.now());
+        if let Some(hold) = self.hold_at_head.take() {
+            if self.queue.head_waiter().map(|(head, _)| head) != Some(hold) {
+                // The hold that headed the line left since: whoever heads it now reached
+                // the head at that instant, the last observed, and nothing before it.
+                let left_at = self.limits.now();
+                self.limits.advance(left_at);
+            }
+        }
         if self.queue.is_empty() {
-            // The common case, kept short: nothing to replay, only accrue and cap.
-            self.limits.advance(now);
-            self.limits.cap();
+            // The common case, kept short: nothing to replay, only cap.
+            self.limits.observe(now);
             return (now, NEVER);
         }
-        let mut due = NEVER;
+        let (mut due, mut held) = (NEVER, false);
         while let Some(head) = self.queue.head() {
             if head.kind == Kind::Hold {
                 // A composite's place: it holds the line until the composite decides,
                 // and is told once that it reached the head.
                 self.hold_at_head();
+                held = true;
                 break;
             }
             let ready_at = self.limits.ready_at(head.tokens);
@@ -269,11 +283,14 @@ impl State {
                 wakers.push(waker);
             });
         }
-        self.limits.advance(now);
-        // Every observation ends capped (see `limits.rs`). With one limit and waiters
-        // queued this never bites, as the head needs more than is held, and no more than
-        // the capacity; with several, the others may have filled since.
-        self.limits.cap();
+        // Every observation ends capped (see `limits.rs`), but for one a composite's hold
+        // heads: its grant may be made as of an earlier instant. With one limit and
+        // waiters queued the cap never bites, as the head needs more than is held, and no
+        // more than the capacity; with several, the others may have filled since.
+        match held {
+            true => self.limits.pass_time(now),
+            false => self.limits.observe(now),
+        }
         (now, due)
     }
 
@@ -380,10 +397,10 @@ impl State {
         }
         // At the head, it has been told so.
         self.hold_woken = Some(id);
+        // From the last change on: only time changed the limits since.
         let ready_at = self.limits.ready_at(tokens);
         if ready_at <= now {
-            let since = self.limits.held_ready_at(id, tokens).unwrap_or(now);
-            Standing::Ready { since }
+            Standing::Ready { since: ready_at }
         } else {
             Standing::ReadyAt(ready_at)
         }
@@ -401,7 +418,12 @@ impl State {
     pub(crate) fn commit_hold(&mut self, id: WaiterId, tokens: u64, as_of: u64, now: u64) {
         debug_assert_eq!(self.queue.head_waiter().map(|(head, _)| head), Some(id));
         debug_assert!(self.limits.ready_at(tokens) <= now, "committed when ready");
-        self.limits.rewind(id, tokens, as_of.min(now));
+        // Only time changed the limits since the hold reached the head, or since it was
+        // last ready: their instants say what they held at `as_of`.
+        self.limits
+            .advance(as_of.min(now).max(self.limits.ready_at(tokens)));
+        // Those behind are served from that instant on.
+        self.hold_at_head = None;
         self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {
@@ -419,12 +441,10 @@ impl State {
         self.serve(now);
     }
 
-    /// The hold at the head: wakes it, once, and keeps the ledgers as they stand, for a
-    /// grant made as of an earlier instant than its composite decides at (see
-    /// `commit_hold`).
+    /// The hold at the head: wakes it, once.
     fn hold_at_head(&mut self) {
         if let Some((id, waker)) = self.queue.head_waiter() {
-            self.limits.hold_at_head(id);
+            self.hold_at_head = Some(id);
             if self.hold_woken != Some(id) {
                 self.wakers.push(waker.clone());
                 self.hold_woken = Some(id);
@@ -519,7 +539,7 @@ impl State {
     }
 
     /// Adds refunded tokens to every limit, never above its capacity, and serves whoever
-    /// they complete. Capping here is right even with waiters queued: the ledgers are
+    /// they complete. Capping here is right even with waiters queued: the limits are
     /// already at `now`, and a refund never makes a burst larger than a capacity.
     pub(crate) fn refund(&mut self, tokens: u64, now: u64) {
         let now = self.serve(now);
@@ -575,7 +595,6 @@ impl State {
         check_rate(rate)?;
         // Everything up to now accrued at the old rate.
         self.serve(now);
-        self.limits.note_headroom();
         self.limits.set_rate(index, rate);
         self.changed_at(now);
         Ok(())
@@ -595,7 +614,6 @@ impl State {
     pub(crate) fn set_limit_capacity(&mut self, index: usize, capacity: u64, now: u64) {
         let smallest = self.limits.capacity_with(index, capacity);
         let now = self.serve(now);
-        self.limits.note_headroom();
         let (outcomes, wakers) = (&mut self.outcomes, &mut self.wakers);
         self.queue.finish_where(
             |request| request.tokens > smallest,
@@ -657,7 +675,7 @@ impl State {
     /// The [`Quota`] at `now`: the whole tokens held (the least over the limits), and how
     /// long until every limit is full again were the waiters queued served and nothing
     /// else taken (see [`Limits::full_behind`]), rounded up to the nanosecond. Measured
-    /// from `now`, though the ledgers may stand a little later (a racing caller read a
+    /// from `now`, though the limits may stand a little later (a racing caller read a
     /// later clock): never short.
     pub(crate) fn quota(&mut self, now: u64) -> Quota {
         let served = self.serve(now);
@@ -688,11 +706,25 @@ impl State {
         counters.flush(&mut self.tally);
     }
 
-    /// Makes `ledger`, read from the fast path's word, the authority; `least_room` is the
-    /// least room takers found there before taking, if any took while a grant was unseen.
-    pub(crate) fn adopt(&mut self, ledger: Ledger, least_room: Option<u128>) {
+    /// Makes `empty_at`, read from the fast path's word, the authority; `least_room` is
+    /// the least room takers found there before taking, if any took while a grant was
+    /// unseen.
+    pub(crate) fn adopt(&mut self, empty_at: u128, least_room: Option<u128>) {
         debug_assert!(self.queue.is_empty() && !self.closed);
-        self.limits.adopt(ledger, least_room);
+        self.limits.adopt(empty_at, least_room);
+    }
+
+    /// Makes the one limit hold `empty_at` in `units`, as a compact key of `Keyed` hands
+    /// it over; its settings are already these.
+    pub(crate) fn resume(&mut self, units: Units, empty_at: u128) {
+        let limit = self.limits.first_mut();
+        debug_assert_eq!(limit.capacity(), units.capacity);
+        (limit.units, limit.empty_at) = (units, empty_at);
+    }
+
+    /// The latest instant observed.
+    pub(crate) fn now(&self) -> u64 {
+        self.limits.now()
     }
 
     /// Whether a grant is unseen: takes on the fast path's word must note the room.
@@ -703,10 +735,19 @@ impl State {
     /// The one limit, when the fast path may hold the state instead: nobody waits and the
     /// bucket is open (a grant unseen does not keep it: the word's takers note the room
     /// as the lock's do). A bucket with several limits keeps the word seized for good:
-    /// its one word holds one ledger.
+    /// its one word holds one limit.
     pub(crate) fn idle_limit(&self) -> Option<&Limit> {
-        let idle = self.queue.is_empty() && !self.closed;
-        (idle && self.limits.is_single()).then_some(self.limits.first())
+        self.is_idle().then_some(self.limits.first())
+    }
+
+    /// [`idle_limit`](State::idle_limit), to publish it to the fast path's word, which
+    /// may re-count it from a new base (see `fast.rs`).
+    pub(crate) fn idle_limit_mut(&mut self) -> Option<&mut Limit> {
+        self.is_idle().then_some(self.limits.first_mut())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.queue.is_empty() && !self.closed && self.limits.is_single()
     }
 
     /// The next instant something is due: the head's tokens accrue or its deadline

@@ -7,9 +7,9 @@
 //! reached their waiters. Giving a dropped grant back at the drop instant as if it were a
 //! refund could break that: had the grant never been made, the bucket may have filled
 //! meanwhile and dropped what it could not hold. What may come back without breaking it
-//! is what the *room* allows: the capacity less what the bucket held (in parts of a
-//! token), whose least value over a stretch of time bounds how far a history without the
-//! dropped grants runs ahead of the real one. Room only falls as time passes, and rises
+//! is what the *room* allows: the capacity less what the bucket held (in the limit's
+//! units), whose least value over a stretch of time bounds how far a history without
+//! the dropped grants runs ahead of the real one. Room only falls as time passes, and rises
 //! at a take, so its least is found just before a take, or now.
 //!
 //! # The rule
@@ -46,9 +46,10 @@
 //! and the rule sees the same takes whichever path served them. A waiter reads its grant
 //! under the lock, which counts it seen.
 
+use crate::bucket::gcra::Units;
 use crate::bucket::queue::WaiterId;
 
-/// A limit's least room, in parts of a token, over the two stretches the rule uses.
+/// A limit's least room, in its units, over the two stretches the rule uses.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Least {
     /// Since the count of unseen grants was last zero.
@@ -75,7 +76,7 @@ impl Least {
         self.since_newest = room;
     }
 
-    /// What a grant of `own` parts dropped unseen gives back with `room` now, by the rule
+    /// What a grant of `own` units dropped unseen gives back with `room` now, by the rule
     /// for `newest` or for an older grant, spent from both stretches.
     pub(crate) fn give_back(&mut self, own: u128, room: u128, newest: bool) -> u128 {
         self.note(room);
@@ -89,18 +90,11 @@ impl Least {
         back
     }
 
-    /// The rate changed from `old_period` parts a token to `new_period`: both are
-    /// re-expressed in the new parts, rounded down, so neither gains a part.
-    pub(crate) fn change_period(&mut self, old_period: u128, new_period: u128) {
-        let convert = |parts: u128| {
-            let whole = (parts / old_period).saturating_mul(new_period);
-            let fraction = (parts % old_period)
-                .checked_mul(new_period)
-                .map_or(0, |scaled| scaled / old_period);
-            whole.saturating_add(fraction)
-        };
-        self.since_oldest = convert(self.since_oldest);
-        self.since_newest = convert(self.since_newest);
+    /// The rate changed from units `old` to `new`: both stretches are re-counted in the
+    /// new units, rounded down, so neither gains a unit.
+    pub(crate) fn rescale(&mut self, old: &Units, new: &Units) {
+        self.since_oldest = old.rescale(self.since_oldest, new, false);
+        self.since_newest = old.rescale(self.since_newest, new, false);
     }
 }
 
@@ -194,13 +188,14 @@ mod tests {
 
     #[test]
     fn a_rate_change_rounds_the_rooms_down() {
+        use crate::rate::Rate;
+        use std::time::Duration;
         let mut least = Least::default();
         least.granted(7, Grants::default().granted(1));
-        least.change_period(2, 3);
-        assert_eq!(
-            least.give_back(100, 100, true),
-            10,
-            "7 parts of 2 are 10.5 of 3"
-        );
+        // 7 units of a token of 2 are 10.5 units of a token of 3.
+        let halves = Units::new(Rate::new(1, Duration::from_nanos(2)), 10, 0);
+        let thirds = Units::new(Rate::new(1, Duration::from_nanos(3)), 10, 0);
+        least.rescale(&halves, &thirds);
+        assert_eq!(least.give_back(100, 100, true), 10);
     }
 }

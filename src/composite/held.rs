@@ -40,7 +40,7 @@ pub(crate) fn lock_all<'a>(parts: &[Indexed<'a>]) -> (Vec<HeldMember<'a>>, Momen
         .map(|indexed| HeldMember {
             member: indexed.member,
             held: match indexed.part {
-                Part::Bucket(bucket) => Held::Bucket(bucket.hold_lock(moment)),
+                Part::Bucket(bucket) => Held::Bucket(bucket.hold_lock()),
                 Part::Window(window) => Held::Window {
                     held: window.hold(moment),
                     clock: window.clock(),

@@ -174,7 +174,7 @@ fn join<'a>(
     let mut locked: Vec<Joining<'a>> = Vec::new();
     for indexed in parts.iter() {
         locked.push(match indexed.part {
-            Part::Bucket(bucket) => Joining::Bucket(bucket, bucket.hold_lock(moment)),
+            Part::Bucket(bucket) => Joining::Bucket(bucket, bucket.hold_lock()),
             Part::Window(window) => Joining::Window(window, window.turnstile().line()),
         });
     }
@@ -262,14 +262,11 @@ impl<'a> Places<'a> {
         parts: &[Indexed<'_>],
         context: &mut Context<'_>,
     ) -> Poll<Result<(), AcquireAllError>> {
-        let moment = Moment::now();
         for (place, indexed) in self.places.iter_mut().zip(parts.iter()) {
             let Place::Bucket { bucket, id, left } = place else {
                 continue;
             };
-            let outcome = bucket
-                .hold_lock(moment)
-                .poll_outcome(*id, 0, context.waker());
+            let outcome = bucket.hold_lock().poll_outcome(*id, 0, context.waker());
             if let Some(outcome) = outcome {
                 *left = true;
                 return Poll::Ready(Err(hold_left(indexed.member, outcome)));

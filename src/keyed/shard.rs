@@ -248,7 +248,7 @@ impl<K: Hash + Eq, L: KeyTemplate> Shard<K, L> {
     }
 
     /// Counts every compact word from `now` instead of the old base. Costs a look at each
-    /// key, once in a base's lifetime (a second at the very least, see `units.rs`; years
+    /// key, once in a base's lifetime (a second at the very least, see `gcra.rs`; years
     /// at common rates).
     #[cold]
     fn rebase(&mut self, compact: &Compact<L>, now: u64) {

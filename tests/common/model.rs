@@ -16,7 +16,8 @@
 //! - What a limit holds is kept as *credit*, in parts of a token: a token is `period`
 //!   parts (the limit's rate's period in nanoseconds) and every nanosecond adds `amount`
 //!   parts. Credit is an exact integer; nothing is ever rounded except where a rate change
-//!   re-expresses a fraction of a token in the new rate's parts (rounded down).
+//!   re-expresses it in the new rate's parts, rounded down to a whole *unit* of the new
+//!   rate: `gcd(amount, period)` parts, the bucket's own unit (see `src/bucket/gcra.rs`).
 //! - A limit holds at most its capacity at every nanosecond, whether or not anyone
 //!   waits; reaching it drops the fraction of the next token. The one exception: at the
 //!   nanosecond a waiter is granted, a limit that reached its capacity at that very
@@ -43,7 +44,7 @@
 //!   room since the newest grant when it is the newest and nothing came back since it,
 //!   else the room since the oldest, and what comes back is spent from both. The model
 //!   keeps the same numbers at the same steps, plainly: a rate change re-expresses them
-//!   in the new rate's parts, rounding down, as it does the limit's own fraction.
+//!   in the new rate's units, rounding down, as it does the limit's own credit.
 //! - `refund` gives tokens back to every limit, each capped even while others wait;
 //!   `set_rate` and `set_limit_rate` change a limit's rate from now on; `set_capacity` and
 //!   `set_limit_capacity` refuse queued requests above the new smallest capacity and drop
@@ -81,6 +82,15 @@ impl ModelRate {
 
     fn is_zero(self) -> bool {
         self.amount == 0 || self.period == 0
+    }
+
+    /// Parts of a token in one unit of this rate: what a rate change rounds down to.
+    fn unit(self) -> u128 {
+        let (mut a, mut b) = (u128::from(self.amount), u128::from(self.period));
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
     }
 }
 
@@ -552,7 +562,11 @@ impl Model {
         let changed = &mut self.limits[limit];
         let old = u128::from(changed.rate.period);
         let new = u128::from(rate.period);
-        let convert = |parts: u128| parts / old * new + parts % old * new / old;
+        let unit = rate.unit();
+        let convert = |parts: u128| {
+            let parts = parts / old * new + parts % old * new / old;
+            parts - parts % unit
+        };
         changed.credit = convert(changed.credit);
         changed.least_since_oldest = convert(changed.least_since_oldest);
         changed.least_since_newest = convert(changed.least_since_newest);
