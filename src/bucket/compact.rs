@@ -33,7 +33,7 @@ impl CompactBucket {
     /// The template's units counted from `base`.
     #[inline]
     fn from(&self, base: u64) -> Units {
-        Units { base, ..self.units }
+        self.units.counted_from(base, self.units.at_base)
     }
 }
 

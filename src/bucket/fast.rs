@@ -175,13 +175,13 @@ impl FastPath {
             // Acquire, beside the Release stores in `publish`: a setting written in a later
             // era is only seen together with the seize that began it, which the word's
             // second reading then sees.
-            let units = Units {
-                per_nanosecond: self.per_nanosecond.load(Acquire),
-                per_token: self.per_token.load(Acquire).into(),
-                capacity: self.capacity.load(Acquire),
-                base: self.base.load(Acquire),
-                at_base: self.at_base.load(Acquire).into(),
-            };
+            let units = Units::from_parts(
+                self.per_nanosecond.load(Acquire),
+                self.per_token.load(Acquire).into(),
+                self.capacity.load(Acquire),
+                self.base.load(Acquire),
+                self.at_base.load(Acquire).into(),
+            );
             let more = more();
             // Unchanged, so no era began in between (its values never come back): the
             // settings are the word's.
@@ -358,11 +358,9 @@ impl FastPath {
         if !same_era {
             // Every value of the new era is at least `at_base - full`: above every value
             // the word has held (see the module's docs).
-            let mut units = Units {
-                base: now,
-                ..limit.units
-            };
-            units.at_base = u128::from(self.highest.load(Relaxed)) + 1 + units.full();
+            let full = limit.units.full();
+            let at_base = u128::from(self.highest.load(Relaxed)) + 1 + full;
+            let units = limit.units.counted_from(now, at_base);
             if !units.fits(WORD) {
                 // Settings the word cannot hold stay with the lock.
                 return;
@@ -414,13 +412,13 @@ impl FastPath {
 
     /// The settings as stored; read by the lock's holder, who alone writes them.
     fn units(&self) -> Units {
-        Units {
-            per_nanosecond: self.per_nanosecond.load(Relaxed),
-            per_token: self.per_token.load(Relaxed).into(),
-            capacity: self.capacity.load(Relaxed),
-            base: self.base.load(Relaxed),
-            at_base: self.at_base.load(Relaxed).into(),
-        }
+        Units::from_parts(
+            self.per_nanosecond.load(Relaxed),
+            self.per_token.load(Relaxed).into(),
+            self.capacity.load(Relaxed),
+            self.base.load(Relaxed),
+            self.at_base.load(Relaxed).into(),
+        )
     }
 
     fn holds_rate(&self, rate: Rate) -> bool {

@@ -89,6 +89,8 @@ pub(crate) struct Units {
     /// Units at `base`: at least a full bucket's worth, so that `E` of a full limit is
     /// never negative.
     pub(crate) at_base: u128,
+    /// A full bucket, in units (saturated at `u128::MAX`): kept, as every take needs it.
+    full: u128,
 }
 
 impl Units {
@@ -98,29 +100,51 @@ impl Units {
         let period = rate.period_nanos();
         let divisor = gcd(rate.amount().into(), period).max(1);
         let per_nanosecond = u128::from(rate.amount()) / divisor;
-        let units = Units {
-            per_nanosecond: u64::try_from(per_nanosecond).expect("at most the amount"),
-            per_token: period / divisor,
+        let per_nanosecond = u64::try_from(per_nanosecond).expect("at most the amount");
+        let per_token = period / divisor;
+        let full = times(capacity.into(), per_token);
+        Units::from_parts(per_nanosecond, per_token, capacity, base, full)
+    }
+
+    /// Units of these parts, as the fast path's word keeps them beside it.
+    #[inline]
+    pub(crate) fn from_parts(
+        per_nanosecond: u64,
+        per_token: u128,
+        capacity: u64,
+        base: u64,
+        at_base: u128,
+    ) -> Units {
+        Units {
+            per_nanosecond,
+            per_token,
             capacity,
             base,
-            at_base: 0,
-        };
+            at_base,
+            full: times(capacity.into(), per_token),
+        }
+    }
+
+    /// The same units counted from `base`, which is worth `at_base` units.
+    #[inline]
+    pub(crate) fn counted_from(&self, base: u64, at_base: u128) -> Units {
         Units {
-            at_base: units.full(),
-            ..units
+            base,
+            at_base,
+            ..*self
         }
     }
 
     /// A full bucket, in units.
     #[inline]
     pub(crate) fn full(&self) -> u128 {
-        self.worth(u128::from(self.capacity))
+        self.full
     }
 
     /// `tokens` in units.
     #[inline]
     fn worth(&self, tokens: u128) -> u128 {
-        tokens.saturating_mul(self.per_token)
+        times(tokens, self.per_token)
     }
 
     /// `now` in units. An instant before the base counts as the base.
@@ -307,6 +331,16 @@ impl Units {
             None => 0,
         };
         whole.saturating_add(part)
+    }
+}
+
+/// `tokens * per_token`, saturated: one 64-bit multiplication when both fit in 64 bits,
+/// as they do for every word, where a saturating 128-bit one costs several.
+#[inline]
+fn times(tokens: u128, per_token: u128) -> u128 {
+    match (u64::try_from(tokens), u64::try_from(per_token)) {
+        (Ok(tokens), Ok(per_token)) => u128::from(tokens) * u128::from(per_token),
+        _ => tokens.saturating_mul(per_token),
     }
 }
 
