@@ -356,15 +356,16 @@ impl FastPath {
             && self.holds_rate(limit.rate)
             && inside(&limit.units, limit.empty_at);
         if !same_era {
-            // Every value of the new era is at least `at_base - full`: above every value
-            // the word has held (see the module's docs).
-            let full = limit.units.full();
-            let at_base = u128::from(self.highest.load(Relaxed)) + 1 + full;
-            let units = limit.units.counted_from(now, at_base);
-            if !units.fits(WORD) {
+            if !limit.units.fits(WORD) {
                 // Settings the word cannot hold stay with the lock.
                 return;
             }
+            // Every value of the new era is at least `at_base - full`: above every value
+            // the word has held (see the module's docs). A full bucket that fits the word
+            // is below 2^50, so this cannot overflow.
+            let full = limit.units.full();
+            let at_base = u128::from(self.highest.load(Relaxed)) + 1 + full;
+            let units = limit.units.counted_from(now, at_base);
             if !units.lasts(WORD) {
                 // Spent: the lock serves from now on (see the module's docs).
                 self.spent.store(true, Relaxed);

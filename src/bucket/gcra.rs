@@ -141,9 +141,9 @@ impl Units {
         self.full
     }
 
-    /// `tokens` in units.
+    /// `tokens` in units, saturated.
     #[inline]
-    fn worth(&self, tokens: u128) -> u128 {
+    pub(crate) fn worth(&self, tokens: u128) -> u128 {
         times(tokens, self.per_token)
     }
 

@@ -69,7 +69,7 @@ impl Limit {
         Limit {
             rate,
             units,
-            empty_at: units.at(now) - u128::from(tokens) * units.per_token,
+            empty_at: units.at(now) - units.worth(tokens.into()),
             least: Least::default(),
         }
     }
@@ -266,7 +266,7 @@ impl Limits {
     #[inline]
     pub(crate) fn take(&mut self, tokens: u64) {
         for limit in self.limits.iter_mut() {
-            limit.empty_at += u128::from(tokens) * limit.units.per_token;
+            limit.empty_at = (limit.empty_at).saturating_add(limit.units.worth(tokens.into()));
         }
     }
 
@@ -373,7 +373,7 @@ impl Limits {
         let now = self.now;
         let mut returned = false;
         for limit in self.limits.iter_mut() {
-            let own = u128::from(tokens).saturating_mul(limit.units.per_token);
+            let own = limit.units.worth(tokens.into());
             let room = limit.room(now);
             let back = limit.least.give_back(own, room, newest);
             if back > 0 {
@@ -479,8 +479,9 @@ impl Limits {
             };
             for (limit, empty_at) in self.iter().zip(&mut empty_at) {
                 let units = limit.units;
-                *empty_at = units.capped_by_time(*empty_at, units.at(ready))
-                    + u128::from(consumes) * units.per_token;
+                *empty_at = units
+                    .capped_by_time(*empty_at, units.at(ready))
+                    .saturating_add(units.worth(consumes.into()));
             }
             replayed_tokens = replayed_tokens.saturating_add(need);
         }
