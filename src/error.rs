@@ -305,6 +305,18 @@ pub enum ConfigError {
         /// How many limits the bucket has.
         limits: usize,
     },
+    /// A limit's capacity is so large for its rate that the bucket cannot count a full
+    /// bucket exactly: `capacity × period / gcd(amount, period)` is above 2^128. Such a
+    /// limit would take more than 2^64 nanoseconds (584 years) to fill from empty.
+    /// Limits are numbered as in [`NoSuchLimit`](ConfigError::NoSuchLimit).
+    TooSlowToFill {
+        /// The limit's number: 0 for the one [`rate`](crate::Builder::rate) set.
+        limit: usize,
+        /// Its rate.
+        rate: crate::rate::Rate,
+        /// Its capacity.
+        capacity: u64,
+    },
     /// [`all`](crate::all) was given no limiter: a composite decides over at least one.
     NoMembers,
     /// [`all`](crate::all) was given the same limiter twice (two handles, or clones, of
@@ -415,6 +427,15 @@ impl fmt::Display for ConfigError {
                 f,
                 "a largest lease of {max_lease} tokens: it must be between 1 and the \
                  bucket's capacity, {capacity}"
+            ),
+            ConfigError::TooSlowToFill {
+                limit,
+                rate,
+                capacity,
+            } => write!(
+                f,
+                "limit {limit}'s capacity of {capacity} at {rate} would take more than 584 \
+                 years to fill, beyond what the bucket counts exactly"
             ),
             ConfigError::NoSuchLimit { limit, limits } => {
                 let plural = if *limits == 1 { "" } else { "s" };

@@ -358,6 +358,56 @@ fn builder_without_a_rate_is_refused_with_missing_rate() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_limit_too_slow_to_count_exactly_is_refused_naming_it() {
+    let slowest = Rate::new(1, Duration::MAX);
+    // A token of 1 / Duration::MAX is worth the period's nanoseconds, so a full bucket
+    // counts exactly up to u128::MAX of them.
+    let period = Duration::MAX.as_nanos();
+    let most = u64::try_from(u128::MAX / period).unwrap();
+    let refused = |limit, rate, capacity| ConfigError::TooSlowToFill {
+        limit,
+        rate,
+        capacity,
+    };
+    assert_eq!(
+        TokenBucket::new(slowest, most + 1).unwrap_err(),
+        refused(0, slowest, most + 1)
+    );
+    let added = TokenBucket::builder()
+        .rate(Rate::per_second(10))
+        .capacity(10)
+        .limit(slowest, 1 << 40)
+        .build();
+    assert_eq!(added.unwrap_err(), refused(1, slowest, 1 << 40));
+    assert_eq!(
+        refused(1, slowest, 1 << 40).to_string(),
+        format!("limit 1's capacity of 1099511627776 at {slowest} would take more than 584 years to fill, beyond what the bucket counts exactly")
+    );
+
+    // The largest that counts exactly holds, and takes, every token.
+    let bucket = bucket_with(slowest, most, most);
+    assert_eq!(bucket.available(), most);
+    bucket.try_take(most / 2).unwrap();
+    assert_eq!(bucket.available(), most - most / 2);
+
+    // A change that would make it too slow is refused and changes nothing.
+    assert_eq!(
+        bucket.set_capacity(most + 1),
+        Err(refused(0, slowest, most + 1))
+    );
+    let fast = TokenBucket::new(Rate::per_second(1), 1 << 40).unwrap();
+    assert_eq!(fast.set_rate(slowest), Err(refused(0, slowest, 1 << 40)));
+    assert_eq!(
+        (fast.rate(), fast.capacity(), fast.available()),
+        (Rate::per_second(1), 1 << 40, 1 << 40)
+    );
+    assert_eq!(
+        (bucket.capacity(), bucket.available()),
+        (most, most - most / 2)
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Extreme values
 // ---------------------------------------------------------------------------------------

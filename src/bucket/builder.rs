@@ -179,8 +179,9 @@ impl Builder {
     /// [`ConfigError::ZeroRateInLimit`] and [`ConfigError::ZeroCapacityInLimit`] for an
     /// added limit's, naming it (the first limit's errors come first, then each added
     /// limit's in order, its rate before its capacity); and
-    /// [`ConfigError::InitialExceedsCapacity`] when `initial` is above a capacity, naming
-    /// the smallest.
+    /// [`ConfigError::TooSlowToFill`] for a limit that would take more than 584 years to
+    /// fill, naming it; then [`ConfigError::InitialExceedsCapacity`] when `initial` is
+    /// above a capacity, naming the smallest.
     ///
     /// ```
     /// use token_bucket::{ConfigError, Rate, TokenBucket};

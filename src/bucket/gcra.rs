@@ -97,13 +97,16 @@ impl Units {
     /// The units of a checked (nonzero) `rate` and `capacity`, counted from `base`, at
     /// which a full bucket's worth of units have passed.
     pub(crate) fn new(rate: Rate, capacity: u64, base: u64) -> Units {
-        let period = rate.period_nanos();
-        let divisor = gcd(rate.amount().into(), period).max(1);
-        let per_nanosecond = u128::from(rate.amount()) / divisor;
-        let per_nanosecond = u64::try_from(per_nanosecond).expect("at most the amount");
-        let per_token = period / divisor;
+        let (per_nanosecond, per_token) = reduced(rate);
         let full = times(capacity.into(), per_token);
         Units::from_parts(per_nanosecond, per_token, capacity, base, full)
+    }
+
+    /// Whether a full bucket of `capacity` at a checked `rate` is worth at most
+    /// `u128::MAX` units, so that the limit counts exactly. One that is not would take
+    /// more than 2^64 nanoseconds (584 years) to fill.
+    pub(crate) fn count_exactly(rate: Rate, capacity: u64) -> bool {
+        u128::from(capacity).checked_mul(reduced(rate).1).is_some()
     }
 
     /// Units of these parts, as the fast path's word keeps them beside it.
@@ -332,6 +335,16 @@ impl Units {
         };
         whole.saturating_add(part)
     }
+}
+
+/// A checked rate's units: one nanosecond's worth and one token's, its amount and period
+/// divided by their greatest common divisor.
+fn reduced(rate: Rate) -> (u64, u128) {
+    let period = rate.period_nanos();
+    let divisor = gcd(rate.amount().into(), period).max(1);
+    let per_nanosecond = u128::from(rate.amount()) / divisor;
+    let per_nanosecond = u64::try_from(per_nanosecond).expect("at most the amount");
+    (per_nanosecond, period / divisor)
 }
 
 /// `tokens * per_token`, saturated: one 64-bit multiplication when both fit in 64 bits,

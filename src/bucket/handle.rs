@@ -80,7 +80,8 @@ impl TokenBucket {
     /// # Errors
     ///
     /// [`ConfigError::ZeroRate`] when the rate's amount or period is zero;
-    /// [`ConfigError::ZeroCapacity`] when `capacity` is zero.
+    /// [`ConfigError::ZeroCapacity`] when `capacity` is zero; [`ConfigError::TooSlowToFill`] when a full
+    /// bucket would take more than 584 years to fill, beyond what it counts exactly.
     ///
     /// # Examples
     ///
@@ -599,7 +600,9 @@ impl TokenBucket {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroRate`] for a zero amount or period; the rate is then unchanged.
+    /// [`ConfigError::ZeroRate`] for a zero amount or period, and [`ConfigError::TooSlowToFill`] when the
+    /// capacity would take more than 584 years to fill at `rate`; the rate is then
+    /// unchanged.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -621,7 +624,9 @@ impl TokenBucket {
     /// # Errors
     ///
     /// [`ConfigError::NoSuchLimit`] when the bucket has no limit `limit`, then
-    /// [`ConfigError::ZeroRate`] for a zero amount or period; nothing changes then.
+    /// [`ConfigError::ZeroRate`] for a zero amount or period, then [`ConfigError::TooSlowToFill`] when
+    /// the limit's capacity would take more than 584 years to fill at `rate`; nothing
+    /// changes then.
     ///
     /// ```
     /// # use token_bucket::{ConfigError, Rate, TokenBucket};
@@ -651,7 +656,8 @@ impl TokenBucket {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ZeroCapacity`] for zero; the capacity is then unchanged.
+    /// [`ConfigError::ZeroCapacity`] for zero, and [`ConfigError::TooSlowToFill`] when `capacity` would
+    /// take more than 584 years to fill at the rate; the capacity is then unchanged.
     ///
     /// ```
     /// # use token_bucket::{Rate, TokenBucket};
@@ -673,7 +679,8 @@ impl TokenBucket {
     /// # Errors
     ///
     /// [`ConfigError::NoSuchLimit`] when the bucket has no limit `limit`, then
-    /// [`ConfigError::ZeroCapacity`] for zero; nothing changes then.
+    /// [`ConfigError::ZeroCapacity`] for zero, then [`ConfigError::TooSlowToFill`] when `capacity`
+    /// would take more than 584 years to fill at the limit's rate; nothing changes then.
     ///
     /// ```
     /// # use token_bucket::{ConfigError, Rate, TokenBucket};

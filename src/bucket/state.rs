@@ -66,6 +66,9 @@ impl Settings {
             check_rate(rate).map_err(|_| ConfigError::ZeroRateInLimit { limit, rate })?;
             check_capacity(capacity).map_err(|_| ConfigError::ZeroCapacityInLimit { limit })?;
         }
+        for (limit, (rate, capacity)) in limits().enumerate() {
+            check_count(limit, rate, capacity)?;
+        }
         let smallest = limits().map(|(_, capacity)| capacity).min();
         if let (Some(initial), Some(capacity)) = (self.initial, smallest) {
             if initial > capacity {
@@ -79,6 +82,17 @@ impl Settings {
 fn check_rate(rate: Rate) -> Result<(), ConfigError> {
     if rate.is_zero() {
         return Err(ConfigError::ZeroRate);
+    }
+    Ok(())
+}
+
+fn check_count(limit: usize, rate: Rate, capacity: u64) -> Result<(), ConfigError> {
+    if !Units::count_exactly(rate, capacity) {
+        return Err(ConfigError::TooSlowToFill {
+            limit,
+            rate,
+            capacity,
+        });
     }
     Ok(())
 }
@@ -574,15 +588,12 @@ impl State {
         self.queue.wake_all(&mut self.wakers);
     }
 
-    /// `Ok` when the bucket has a limit `index`.
-    fn check_limit(&self, index: usize) -> Result<(), ConfigError> {
-        match self.limits.get(index) {
-            Some(_) => Ok(()),
-            None => Err(ConfigError::NoSuchLimit {
-                limit: index,
-                limits: self.limits.len(),
-            }),
-        }
+    /// Limit `index`, or the error naming it.
+    fn check_limit(&self, index: usize) -> Result<&Limit, ConfigError> {
+        self.limits.get(index).ok_or(ConfigError::NoSuchLimit {
+            limit: index,
+            limits: self.limits.len(),
+        })
     }
 
     pub(crate) fn set_limit_rate(
@@ -591,8 +602,9 @@ impl State {
         rate: Rate,
         now: u64,
     ) -> Result<(), ConfigError> {
-        self.check_limit(index)?;
+        let capacity = self.check_limit(index)?.capacity();
         check_rate(rate)?;
+        check_count(index, rate, capacity)?;
         // Everything up to now accrued at the old rate.
         self.serve(now);
         self.limits.set_rate(index, rate);
@@ -603,8 +615,9 @@ impl State {
     /// The smallest capacity once limit `index`'s is `capacity`, if the bucket may take
     /// it: [`set_limit_capacity`](State::set_limit_capacity) with these will not fail.
     pub(crate) fn capacity_after(&self, index: usize, capacity: u64) -> Result<u64, ConfigError> {
-        self.check_limit(index)?;
+        let rate = self.check_limit(index)?.rate;
         check_capacity(capacity)?;
+        check_count(index, rate, capacity)?;
         Ok(self.limits.capacity_with(index, capacity))
     }
 
