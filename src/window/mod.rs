@@ -6,6 +6,7 @@
 //!   and its unit tests.
 //! - `sliding.rs`: what the two sliding limiters share: the handle, the `Limiter`
 //!   plumbing and the arithmetic of `retry_after`.
+//! - `sliding_api.rs`: the public methods both sliding limiters share, written once.
 //! - `sliding_log.rs`: [`SlidingLog`], exact, a ring of grant instants.
 //! - `sliding_window.rs`: [`SlidingWindow`], a time wheel of per-slot totals.
 //! - `turnstile.rs`: first in, first out waiting, since these limiters have no refill
@@ -23,6 +24,7 @@ mod fixed_window;
 mod hooks;
 mod ring;
 mod sliding;
+mod sliding_api;
 mod sliding_log;
 mod sliding_window;
 pub(crate) mod turnstile;

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::window::ring;
-use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
+use crate::window::sliding::{Settings, Sliding, Tally};
+use crate::window::sliding_api::impl_limiter;
 
 /// The exact sliding-window limiter: at most `limit` permits in **any** interval of
 /// length `window`.

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::window::ring;
-use crate::window::sliding::{impl_limiter, Settings, Sliding, Tally};
+use crate::window::sliding::{Settings, Sliding, Tally};
+use crate::window::sliding_api::impl_limiter;
 
 /// A sliding-window limiter with memory bounded by its slots, not its limit: a time
 /// wheel of `slots` slots of `slot_duration`, admitting at most `limit` permits per
