@@ -4,7 +4,7 @@
 //!
 //! All four share one state machine, [`Acquire`]: on the first poll the request is served
 //! at once, refused at once, or queued with its task's waker; later polls read the
-//! outcome the bucket decided (see `outcomes.rs`). The timeout forms add a tokio timer for
+//! outcome the bucket decided, under its lock (see `state.rs`). The timeout forms add a tokio timer for
 //! the deadline.
 
 use std::fmt;

@@ -261,10 +261,14 @@ impl Limits {
         self.iter().map(ready).fold(self.since, u64::max)
     }
 
-    /// Removes `tokens` from every limit, at the instant they were brought to; the caller
-    /// has checked they are held.
+    /// Removes `tokens` from every limit, at the instant they were brought to, noting the
+    /// room before (see [`note_headroom`](Limits::note_headroom)); the caller has checked
+    /// they are held.
     #[inline]
     pub(crate) fn take(&mut self, tokens: u64) {
+        if tokens > 0 {
+            self.note_headroom();
+        }
         for limit in self.limits.iter_mut() {
             limit.empty_at = (limit.empty_at).saturating_add(limit.units.worth(tokens.into()));
         }

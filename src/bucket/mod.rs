@@ -23,7 +23,6 @@
 //!   that keeps each within its own.
 //! - `unseen.rs`: grants not yet seen by their waiters, and the rule of a few numbers
 //!   that says what one dropped unseen gives back.
-//! - `outcomes.rs`: the outcomes decided for waiters, which they read under the lock.
 //! - `queue.rs`: the FIFO queue of waiters and their wakers.
 //! - `gcra.rs`: a limit's one form of state, the instant it would be empty at, and the
 //!   exact arithmetic on it that the lock, the fast path and a compact key share.
@@ -46,7 +45,6 @@ mod gcra;
 mod handle;
 mod limiter;
 mod limits;
-mod outcomes;
 pub(crate) mod queue;
 pub(crate) mod refill;
 mod shared;

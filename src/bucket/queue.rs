@@ -2,9 +2,9 @@
 //!
 //! Each waiter is its request plus the [`Waker`] of the task that polls it: the lock's
 //! holder that decides its outcome takes the waker out and wakes it once the lock is
-//! released, and the waiter reads the outcome from `outcomes.rs`. A waiter that gives up
-//! is not removed from the middle of the queue; its entry becomes a tombstone,
-//! found by id (ids only grow, so a binary search finds it), and is dropped when it
+//! released, and the waiter reads the outcome the state keeps for it (`state.rs`). A
+//! waiter that gives up is not removed from the middle of the queue; its entry becomes a
+//! tombstone, found by id (ids only grow, so a binary search finds it), and is dropped when it
 //! reaches the front. The live counts are updated at once, so a tombstone is invisible to
 //! everything that counts the queue: `queued()`, `retry_after`, the queue limit. Once
 //! tombstones outnumber live waiters the queue is compacted, so waiters cancelled behind
@@ -97,7 +97,6 @@ pub(crate) struct WaiterQueue {
     next_id: WaiterId,
     /// Waiters that have not given up.
     live: usize,
-    tombstones: usize,
     /// Tokens requested by live waiters (takes and waits); 128 bits so that no number of
     /// `u64` requests overflows it.
     live_tokens: u128,
@@ -173,7 +172,7 @@ impl WaiterQueue {
                 break;
             }
             self.deadlines.pop();
-            if let Some(waker) = self.take_live(id) {
+            if let Some(waker) = self.abandon(id) {
                 expired(id, waker);
             }
         }
@@ -187,7 +186,6 @@ impl WaiterQueue {
                 return Some(entry.request);
             }
             self.entries.pop_front();
-            self.tombstones -= 1;
         }
         None
     }
@@ -205,18 +203,9 @@ impl WaiterQueue {
     #[inline]
     pub(crate) fn pop_head(&mut self) -> Option<(WaiterId, Waker)> {
         let entry = self.entries.pop_front()?;
-        let Some(waker) = entry.waker else {
-            self.tombstones -= 1;
-            return None;
-        };
+        let waker = entry.waker?;
         self.forget(entry.request);
         Some((entry.id, waker))
-    }
-
-    /// Makes the live waiter `id` a tombstone, in O(log n). Returns false when it is not
-    /// in the queue (its outcome was decided).
-    pub(crate) fn abandon(&mut self, id: WaiterId) -> bool {
-        self.take_live(id).is_some()
     }
 
     /// Whether waiter `id` is still queued; if so, `waker` is the one to wake it from now
@@ -243,16 +232,15 @@ impl WaiterQueue {
     }
 
     /// Makes the live waiter `id` a tombstone and returns its waker, in O(log n); `None`
-    /// when it is not in the queue.
-    fn take_live(&mut self, id: WaiterId) -> Option<Waker> {
+    /// when it is not in the queue (its outcome was decided).
+    pub(crate) fn abandon(&mut self, id: WaiterId) -> Option<Waker> {
         let entry = self.live_entry(id)?;
         let waker = entry.waker.take()?;
         let request = entry.request;
-        self.tombstones += 1;
         self.forget(request);
-        if self.tombstones > self.live + COMPACTION_SLACK {
+        // The entries not live are tombstones.
+        if self.entries.len() - self.live > self.live + COMPACTION_SLACK {
             self.entries.retain(|entry| entry.waker.is_some());
-            self.tombstones = 0;
         }
         Some(waker)
     }
@@ -282,7 +270,6 @@ impl WaiterQueue {
                 gone.push(entry.request);
             }
         }
-        self.tombstones += gone.len();
         for request in gone {
             self.forget(request);
         }
@@ -312,7 +299,6 @@ impl WaiterQueue {
     fn tidy(&mut self) {
         if self.live == 0 {
             self.entries.clear();
-            self.tombstones = 0;
             self.wait_peak = 0;
             self.deadlines.clear();
         } else if self.deadlines.len() > 2 * self.live + COMPACTION_SLACK {
@@ -349,7 +335,7 @@ mod tests {
         queue.push(take(10), noop_waker());
         for _ in 0..100_000 {
             let id = queue.push(take(1), noop_waker());
-            assert!(queue.abandon(id));
+            assert!(queue.abandon(id).is_some());
             assert!(queue.entries.len() <= 1 + 1 + COMPACTION_SLACK);
         }
         assert_eq!((queue.len(), queue.tokens()), (1, 10));
@@ -385,12 +371,12 @@ mod tests {
             .map(|tokens| queue.push(take(tokens), noop_waker()))
             .collect();
         for id in ids.iter().filter(|id| *id % 3 != 0) {
-            assert!(queue.abandon(*id));
+            assert!(queue.abandon(*id).is_some());
         }
         for id in ids.iter().filter(|id| *id % 3 == 0) {
             assert!(queue.register(*id, &noop_waker()), "{id}");
-            assert!(queue.abandon(*id), "{id}");
-            assert!(!queue.abandon(*id), "{id} twice");
+            assert!(queue.abandon(*id).is_some(), "{id}");
+            assert!(queue.abandon(*id).is_none(), "{id} twice");
             assert!(!queue.register(*id, &noop_waker()), "{id} gone");
         }
         assert!(queue.is_empty());

@@ -18,7 +18,7 @@ use crate::bucket::fast::FastPath;
 use crate::bucket::gcra::Units;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId};
 use crate::bucket::refill::{self, Refill, Served};
-use crate::bucket::state::{Admission, Leaving, Settings, State};
+use crate::bucket::state::{Leaving, Settings, State};
 use crate::clock::{self, Clock, Moment, NEVER};
 use crate::error::TakeError;
 use crate::observe::Observer;
@@ -99,7 +99,7 @@ impl Drop for Locked<'_> {
         );
         self.state.flush_tally(&self.fast.counters);
         let (record, now) = (self.state.unseen_active(), self.state.now());
-        if let Some(limit) = self.state.idle_limit_mut() {
+        if let Some(limit) = self.state.idle_limit() {
             self.fast.publish(limit, now, record);
         }
     }
@@ -128,7 +128,7 @@ impl Shared {
             state.resume(units, empty_at);
         }
         let now = state.now();
-        let fast = match state.idle_limit_mut() {
+        let fast = match state.idle_limit() {
             Some(limit) => FastPath::new(limit, now),
             None => FastPath::seized(),
         };
@@ -293,7 +293,7 @@ impl Shared {
         let mut timer_checked = false;
         loop {
             let begun = self.update(now, |state, now| {
-                if state.admit(request, now)? == Admission::Granted {
+                if state.admit(request, now)? {
                     return Ok(Begun::Granted);
                 }
                 let in_runtime = Handle::try_current().is_ok();

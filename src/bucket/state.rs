@@ -15,13 +15,13 @@
 //! waiter waits only while the bucket holds less than it asks); with several, it keeps
 //! a limit that fills while the head waits for another within its own capacity.
 
+use std::collections::BTreeMap;
 use std::task::Waker;
 use std::time::Duration;
 
 use crate::bucket::counters::{Count, Counters, Tally};
 use crate::bucket::gcra::Units;
 use crate::bucket::limits::{Limit, Limits};
-use crate::bucket::outcomes::Outcomes;
 use crate::bucket::queue::{Kind, Outcome, Request, WaiterId, WaiterQueue};
 use crate::bucket::stats::{LimitStats, Stats};
 use crate::clock::{duration_from_nanos, NEVER};
@@ -104,15 +104,6 @@ fn check_capacity(capacity: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// What [`State::admit`] decided about a request on its first poll.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// Served at once, without queueing.
-    Granted,
-    /// It has to queue.
-    MustWait,
-}
-
 /// Where a composite's hold stands in a bucket's line (see [`State::hold_standing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Standing {
@@ -152,8 +143,9 @@ pub(crate) struct State {
     /// `Shared::unlock_and_wake` in `shared.rs`): waking may wake a sleeping worker
     /// thread, and that system call should not hold up everyone else waiting for the lock.
     wakers: Vec<Waker>,
-    /// The outcomes of waiters that have left the queue, until they read them.
-    outcomes: Outcomes,
+    /// The outcomes of waiters that have left the queue other than by themselves, until
+    /// they read them under the lock (a grant read is seen: see `unseen.rs`).
+    outcomes: BTreeMap<WaiterId, Outcome>,
     /// The composite hold last woken for reaching the head, so that it is woken once
     /// there, not at every look (it then decides when to look again).
     hold_woken: Option<WaiterId>,
@@ -177,7 +169,7 @@ impl State {
             tally: Tally::default(),
             refill_wake: NEVER,
             wakers: Vec::new(),
-            outcomes: Outcomes::default(),
+            outcomes: BTreeMap::new(),
             hold_woken: None,
             hold_at_head: None,
         }
@@ -220,15 +212,6 @@ impl State {
     /// order. Returns `now`, or the latest instant observed if a racing caller already went
     /// past it.
     pub(crate) fn serve(&mut self, now: u64) -> u64 {
-        self.replay(now).0
-    }
-
-    /// [`serve`](State::serve), returning also what [`next_due`](State::next_due) would
-    /// say afterwards: it is found on the way, at the head the replay stops at. Neither
-    /// expiring waiters behind that head (their deadlines are at or before `now`, the
-    /// head's is after it) nor capping the limits at `now` (the head's instant is
-    /// reckoned exactly from any earlier point of the same accrual) changes it.
-    fn replay(&mut self, now: u64) -> (u64, u64) {
         let now = now.max(self.limits.now());
         if let Some(hold) = self.hold_at_head.take() {
             if self.queue.head_waiter().map(|(head, _)| head) != Some(hold) {
@@ -241,9 +224,9 @@ impl State {
         if self.queue.is_empty() {
             // The common case, kept short: nothing to replay, only cap.
             self.limits.observe(now);
-            return (now, NEVER);
+            return now;
         }
-        let (mut due, mut held) = (NEVER, false);
+        let mut held = false;
         while let Some(head) = self.queue.head() {
             if head.kind == Kind::Hold {
                 // A composite's place: it holds the line until the composite decides,
@@ -255,27 +238,24 @@ impl State {
             let ready_at = self.limits.ready_at(head.tokens);
             if head.deadline < ready_at {
                 if head.deadline > now {
-                    due = head.deadline;
                     break;
                 }
                 // Those behind it could not be served while it stood in front of them.
                 self.limits.advance(head.deadline);
                 self.tally.add(Count::TimedOut, 1);
                 if let Some((id, waker)) = self.queue.pop_head() {
-                    self.outcomes.decided(id, Outcome::TimedOut);
+                    self.outcomes.insert(id, Outcome::TimedOut);
                     self.wakers.push(waker);
                 }
                 continue;
             }
             if ready_at > now {
-                due = ready_at;
                 break;
             }
             // A limit that filled before this instant holds its capacity; one that fills
             // at it keeps what the instant added until the grants due now are made.
             self.limits.advance(ready_at);
             let consumed = head.consumes();
-            self.before_take(consumed);
             self.limits.take(consumed);
             // `head` returned a live waiter.
             if let Some((id, waker)) = self.queue.pop_head() {
@@ -283,7 +263,7 @@ impl State {
                 if consumed > 0 {
                     self.limits.granted(id);
                 }
-                self.outcomes.granted(id);
+                self.outcomes.insert(id, Outcome::Granted);
                 self.wakers.push(waker);
             }
         }
@@ -293,7 +273,7 @@ impl State {
             let (tally, outcomes, wakers) = (&mut self.tally, &mut self.outcomes, &mut self.wakers);
             self.queue.expire(now, |id, waker| {
                 tally.add(Count::TimedOut, 1);
-                outcomes.decided(id, Outcome::TimedOut);
+                outcomes.insert(id, Outcome::TimedOut);
                 wakers.push(waker);
             });
         }
@@ -305,7 +285,7 @@ impl State {
             true => self.limits.pass_time(now),
             false => self.limits.observe(now),
         }
-        (now, due)
+        now
     }
 
     /// Whole tokens held at `now`.
@@ -378,7 +358,6 @@ impl State {
     /// Takes `tokens`, which [`check_take`](State::check_take) allowed in this same lock
     /// section.
     pub(crate) fn take_checked(&mut self, tokens: u64) {
-        self.before_take(tokens);
         self.limits.take(tokens);
         self.tally.add(Count::Taken, tokens);
     }
@@ -404,7 +383,7 @@ impl State {
     ) -> Standing {
         self.serve(now);
         if !self.queue.register(id, waker) {
-            return Standing::Left(self.outcomes.take(id));
+            return Standing::Left(self.outcome(id));
         }
         if self.queue.head_waiter().map(|(head, _)| head) != Some(id) {
             return Standing::Behind;
@@ -438,11 +417,10 @@ impl State {
             .advance(as_of.min(now).max(self.limits.ready_at(tokens)));
         // Those behind are served from that instant on.
         self.hold_at_head = None;
-        self.before_take(tokens);
         self.limits.take(tokens);
         if self.queue.pop_head().is_some() {
             self.tally.add(Count::Taken, tokens);
-            self.outcomes.granted(id);
+            self.outcomes.insert(id, Outcome::Granted);
         }
         self.serve(now);
     }
@@ -466,17 +444,15 @@ impl State {
         }
     }
 
-    /// Decides a request on its first poll: served now, refused now, or it must queue.
-    pub(crate) fn admit(&mut self, request: Request, now: u64) -> Result<Admission, TakeError> {
+    /// Decides a request on its first poll: served now (`true`), refused now, or it must
+    /// queue (`false`).
+    pub(crate) fn admit(&mut self, request: Request, now: u64) -> Result<bool, TakeError> {
         if self.screen(request.tokens, now, TakeError::Closed)? == Screened::Nothing {
-            return Ok(Admission::Granted);
+            return Ok(true);
         }
         if self.queue.is_empty() && self.limits.tokens() >= request.tokens {
-            let consumed = request.consumes();
-            self.before_take(consumed);
-            self.limits.take(consumed);
-            self.tally.add(Count::Taken, consumed);
-            return Ok(Admission::Granted);
+            self.take_checked(request.consumes());
+            return Ok(true);
         }
         // Even if every waiter ahead gave up, the tokens would come too late.
         if self.limits.ready_at(request.tokens) > request.deadline {
@@ -484,7 +460,7 @@ impl State {
             return Err(TakeError::Timeout);
         }
         self.check_queue_limit(request.tokens)?;
-        Ok(Admission::MustWait)
+        Ok(false)
     }
 
     /// Queues a request [`admit`](State::admit) said must wait; `waker` wakes its task
@@ -504,7 +480,7 @@ impl State {
         if self.queue.register(id, waker) {
             return None;
         }
-        let outcome = self.outcomes.take(id);
+        let outcome = self.outcome(id);
         if outcome == Outcome::Granted && consumes > 0 {
             self.limits.seen();
         }
@@ -522,7 +498,7 @@ impl State {
         now: u64,
     ) -> Option<Outcome> {
         let now = self.serve(now);
-        if self.queue.abandon(id) {
+        if self.queue.abandon(id).is_some() {
             if why == Leaving::DeadlinePassed {
                 self.tally.add(Count::TimedOut, 1);
             }
@@ -530,7 +506,7 @@ impl State {
             self.serve(now);
             return None;
         }
-        let outcome = self.outcomes.take(id);
+        let outcome = self.outcome(id);
         if outcome == Outcome::Granted && request.consumes() > 0 {
             // Read here, not through its future: it is seen, or never will be.
             match why {
@@ -539,6 +515,14 @@ impl State {
             }
         }
         Some(outcome)
+    }
+
+    /// The outcome of waiter `id`, which has left the queue other than by itself,
+    /// forgetting it.
+    fn outcome(&mut self, id: WaiterId) -> Outcome {
+        let outcome = self.outcomes.remove(&id);
+        debug_assert!(outcome.is_some(), "waiter {id} has no outcome");
+        outcome.unwrap_or(Outcome::Closed)
     }
 
     /// Exchanges the wakers of waiters to wake for `empty` (an empty vector whose capacity
@@ -572,13 +556,6 @@ impl State {
         self.tally.add(Count::Untaken, request.consumes());
         if self.limits.give_back_unseen(id, request.consumes()) {
             self.changed_at(now);
-        }
-    }
-
-    #[inline]
-    fn before_take(&mut self, tokens: u64) {
-        if tokens > 0 {
-            self.limits.note_headroom();
         }
     }
 
@@ -635,7 +612,7 @@ impl State {
                     requested: request.tokens,
                     most: smallest,
                 };
-                outcomes.decided(id, Outcome::TooLarge(too_large));
+                outcomes.insert(id, Outcome::TooLarge(too_large));
                 wakers.push(waker);
             },
         );
@@ -661,10 +638,14 @@ impl State {
 
     /// Tells every waiter still queued `outcome`: the bucket closed for good.
     fn finish_all(&mut self, outcome: Outcome) {
-        self.outcomes.closed(outcome);
-        let wakers = &mut self.wakers;
-        self.queue
-            .finish_where(|_| true, |_, _, waker| wakers.push(waker));
+        let (outcomes, wakers) = (&mut self.outcomes, &mut self.wakers);
+        self.queue.finish_where(
+            |_| true,
+            |id, _, waker| {
+                outcomes.insert(id, outcome);
+                wakers.push(waker);
+            },
+        );
     }
 
     /// A snapshot at `now`, counting what `counters` hold and this lock section counted.
@@ -748,19 +729,11 @@ impl State {
     /// The one limit, when the fast path may hold the state instead: nobody waits and the
     /// bucket is open (a grant unseen does not keep it: the word's takers note the room
     /// as the lock's do). A bucket with several limits keeps the word seized for good:
-    /// its one word holds one limit.
-    pub(crate) fn idle_limit(&self) -> Option<&Limit> {
-        self.is_idle().then_some(self.limits.first())
-    }
-
-    /// [`idle_limit`](State::idle_limit), to publish it to the fast path's word, which
-    /// may re-count it from a new base (see `fast.rs`).
-    pub(crate) fn idle_limit_mut(&mut self) -> Option<&mut Limit> {
-        self.is_idle().then_some(self.limits.first_mut())
-    }
-
-    fn is_idle(&self) -> bool {
-        self.queue.is_empty() && !self.closed && self.limits.is_single()
+    /// its one word holds one limit. Publishing may re-count it from a new base (see
+    /// `fast.rs`).
+    pub(crate) fn idle_limit(&mut self) -> Option<&mut Limit> {
+        let idle = self.queue.is_empty() && !self.closed && self.limits.is_single();
+        idle.then_some(self.limits.first_mut())
     }
 
     /// The next instant something is due: the head's tokens accrue or its deadline
@@ -787,12 +760,8 @@ impl State {
     /// The refill task's round: serves up to `now` and returns the instant it will sleep
     /// until.
     pub(crate) fn serve_and_plan_refill(&mut self, now: u64) -> u64 {
-        let (_, due) = self.replay(now);
-        debug_assert_eq!(
-            due,
-            self.next_due(),
-            "the replay found the next instant due"
-        );
+        self.serve(now);
+        let due = self.next_due();
         self.refill_wake = due;
         due
     }
