@@ -72,7 +72,6 @@ use crate::bucket::counters::{Count, Counters};
 use crate::bucket::gcra::{Refusal, Units, WORD};
 use crate::bucket::limits::Limit;
 use crate::error::TryTakeError;
-use crate::quota::Quota;
 use crate::rate::Rate;
 use crate::sync::{AtomicBool, AtomicU64};
 
@@ -131,16 +130,8 @@ pub(crate) struct FastPath {
 }
 
 impl FastPath {
-    /// A word that holds `limit` at `now`, or stays seized when its settings do not fit
-    /// it.
-    pub(crate) fn new(limit: &mut Limit, now: u64) -> FastPath {
-        let fast = FastPath::seized();
-        fast.publish(limit, now, false);
-        fast
-    }
-
-    /// A word seized for good unless something publishes to it: for a bucket with
-    /// several limits, whose state one word cannot hold.
+    /// A seized word: the lock holds the state until something publishes to it (nothing
+    /// does for a bucket with several limits, whose state one word cannot hold).
     pub(crate) fn seized() -> FastPath {
         FastPath {
             word: AtomicU64::new(LOCKED),
@@ -172,16 +163,7 @@ impl FastPath {
             if word & LOCKED != 0 {
                 return None;
             }
-            // Acquire, beside the Release stores in `publish`: a setting written in a later
-            // era is only seen together with the seize that began it, which the word's
-            // second reading then sees.
-            let units = Units::from_parts(
-                self.per_nanosecond.load(Acquire),
-                self.per_token.load(Acquire).into(),
-                self.capacity.load(Acquire),
-                self.base.load(Acquire),
-                self.at_base.load(Acquire).into(),
-            );
+            let units = self.units();
             let more = more();
             // Unchanged, so no era began in between (its values never come back): the
             // settings are the word's.
@@ -192,7 +174,7 @@ impl FastPath {
     }
 
     /// Takes `tokens` at `now` if nobody waits, and `read`s the word it was decided on (see
-    /// [`attempt`](FastPath::attempt)): [`Units::quota`] for the [`Quota`] it leaves, or
+    /// [`attempt`](FastPath::attempt)): [`Units::quota`] for the [`Quota`](crate::quota::Quota) it leaves, or
     /// nothing, which the compiler then drops altogether. `None`: the lock must decide.
     #[inline(always)]
     pub(crate) fn try_take<R>(
@@ -249,7 +231,8 @@ impl FastPath {
                             let room = units.room(seen.empty_at(), now_units);
                             self.least_room.fetch_min(in_word(room), AcqRel);
                         }
-                        if !self.swap(&seen, in_word(end) | (seen.word & RECORD)) {
+                        let word = in_word(end) | (seen.word & RECORD);
+                        if (self.word.compare_exchange(seen.word, word, AcqRel, Acquire)).is_err() {
                             continue;
                         }
                         self.counters.add(Count::Taken, tokens);
@@ -264,17 +247,15 @@ impl FastPath {
         }
     }
 
-    #[inline]
-    fn swap(&self, seen: &Seen, word: u64) -> bool {
-        self.word
-            .compare_exchange(seen.word, word, AcqRel, Acquire)
-            .is_ok()
-    }
-
     /// `read` of the word at `now`, if nobody waits: called with the word's units, its
-    /// `empty_at` and `now` in those units.
+    /// `empty_at` and `now` in those units ([`Units::tokens`] for the tokens held,
+    /// [`Units::quota`] for the [`Quota`](crate::quota::Quota)).
     #[inline]
-    fn read<R>(&self, now: u64, read: impl FnOnce(&Units, u128, u128) -> R) -> Option<R> {
+    pub(crate) fn read<R>(
+        &self,
+        now: u64,
+        read: impl FnOnce(&Units, u128, u128) -> R,
+    ) -> Option<R> {
         let seen = self.see()?;
         let now_units = seen.units.in_word(now, WORD)?.into();
         Some(read(&seen.units, seen.empty_at(), now_units))
@@ -283,17 +264,6 @@ impl FastPath {
     /// Whole tokens held at `now`, if nobody waits.
     pub(crate) fn available(&self, now: u64) -> Option<u64> {
         self.read(now, Units::tokens)
-    }
-
-    /// The [`Quota`] at `now`, if nobody waits.
-    pub(crate) fn quota(&self, now: u64) -> Option<Quota> {
-        self.read(now, Units::quota)
-    }
-
-    /// Whether `tokens` are held at `now` with nobody waiting: `wait(tokens)` is served
-    /// at once. `false` when the lock must decide.
-    pub(crate) fn holds(&self, tokens: u64, now: u64) -> bool {
-        self.available(now).is_some_and(|held| held >= tokens)
     }
 
     /// The rate, capacity and whole tokens held at `now`, if nobody waits.
@@ -411,14 +381,16 @@ impl FastPath {
         }
     }
 
-    /// The settings as stored; read by the lock's holder, who alone writes them.
+    /// The settings as stored. Acquire, beside the Release stores of `write_settings`: a
+    /// setting written in a later era is only seen together with the seize that began it,
+    /// which `see_with`'s second reading of the word then sees.
     fn units(&self) -> Units {
         Units::from_parts(
-            self.per_nanosecond.load(Relaxed),
-            self.per_token.load(Relaxed).into(),
-            self.capacity.load(Relaxed),
-            self.base.load(Relaxed),
-            self.at_base.load(Relaxed).into(),
+            self.per_nanosecond.load(Acquire),
+            self.per_token.load(Acquire).into(),
+            self.capacity.load(Acquire),
+            self.base.load(Acquire),
+            self.at_base.load(Acquire).into(),
         )
     }
 
@@ -453,7 +425,9 @@ mod tests {
 
     /// A word publishing `limits`' one limit at 0.
     fn word_of(limits: &mut Limits) -> FastPath {
-        FastPath::new(limits.first_mut(), 0)
+        let fast = FastPath::seized();
+        fast.publish(limits.first_mut(), 0, false);
+        fast
     }
 
     /// `try_take` on the word, reading nothing more.
@@ -469,7 +443,7 @@ mod tests {
             limits.take(tokens);
             return Ok(());
         }
-        let nanos = limits.wait_behind(&WaiterQueue::default(), tokens);
+        let nanos = limits.wait_behind(&WaiterQueue::default(), |_| tokens);
         Err(TryTakeError::Insufficient {
             retry_after: Duration::from_nanos(nanos),
         })
@@ -618,12 +592,12 @@ mod tests {
         let fast = word_of(&mut limits);
         limits.adopt(fast.seize().expect("open"), None);
         fast.highest.store(WORD_HORIZON - 100_000_000, Relaxed);
-        limits.set_rate(0, Rate::per_second(20));
+        limits.set(0, Rate::per_second(20), limits.first().capacity());
         fast.publish(limits.first_mut(), 0, false);
         assert_eq!(fast.available(0), None);
         assert_eq!(fast.seize(), None, "still seized");
         // Back to the rate of the last era it held: still spent.
-        limits.set_rate(0, rate);
+        limits.set(0, rate, limits.first().capacity());
         fast.publish(limits.first_mut(), 0, false);
         assert_eq!(fast.available(0), None);
         // The same settings keep their era, which holds whatever the highest value.
@@ -674,10 +648,13 @@ mod tests {
         for change in 0..512 {
             limits.adopt(fast.seize().expect("open"), None);
             assert_eq!(limits.tokens(), 5);
-            limits.set_rate(0, rates[(change + 1) % 2]);
+            limits.set(0, rates[(change + 1) % 2], limits.first().capacity());
             fast.publish(limits.first_mut(), 0, false);
             assert!(
-                !fast.swap(&stale, stale.word + 1),
+                (fast
+                    .word
+                    .compare_exchange(stale.word, stale.word + 1, AcqRel, Acquire))
+                .is_err(),
                 "after {} changes",
                 change + 1
             );
@@ -703,7 +680,7 @@ mod tests {
             }
             limits.adopt(fast.seize().expect("open"), None);
             limits.observe(now);
-            limits.set_rate(0, rates[(change + 1) % 2]);
+            limits.set(0, rates[(change + 1) % 2], limits.first().capacity());
             fast.publish(limits.first_mut(), now, false);
             let first = fast.see().expect("open").empty_at();
             assert!(
@@ -711,7 +688,10 @@ mod tests {
                 "era {change} begins at {first}, not above {highest}"
             );
             highest = first;
-            assert!(!fast.swap(&stale, stale.word + 1));
+            assert!((fast
+                .word
+                .compare_exchange(stale.word, stale.word + 1, AcqRel, Acquire))
+            .is_err());
         }
     }
 }

@@ -283,14 +283,6 @@ impl Units {
         duration_from_nanos(divide_up(short, self.per_nanosecond.into()))
     }
 
-    /// Nanoseconds that `tokens` take to accrue, rounded up, or [`NEVER`].
-    pub(crate) fn nanos_for(&self, tokens: u128) -> u64 {
-        let Some(worth) = tokens.checked_mul(self.per_token) else {
-            return NEVER;
-        };
-        u64::try_from(divide_up(worth, self.per_nanosecond.into())).unwrap_or(NEVER)
-    }
-
     /// The first nanosecond at which a limit empty at `empty_at` holds `need` tokens,
     /// if nothing is taken before (at the base, if it holds them there already), or
     /// [`NEVER`].
@@ -430,7 +422,6 @@ pub(crate) mod tests {
         let empty_at = slowest.at(0);
         assert_eq!(slowest.tokens(empty_at, slowest.at(u64::MAX)), 0);
         assert_eq!(slowest.ready_at(empty_at, u128::from(u64::MAX)), NEVER);
-        assert_eq!(slowest.nanos_for(1), NEVER);
         let fastest = Units::new(Rate::new(u64::MAX, Duration::from_nanos(1)), 10, 0);
         let empty_at = fastest.at(0);
         assert_eq!(fastest.tokens(empty_at, fastest.at(u64::MAX)), 10);

@@ -268,7 +268,7 @@ impl TokenBucket {
     /// The bucket's [`Quota`] now, counting nothing.
     pub(crate) fn quota_now(&self) -> Quota {
         let now = self.shared.clock.now();
-        if let Some(quota) = self.shared.fast.quota(now) {
+        if let Some(quota) = self.shared.fast.read(now, Units::quota) {
             return quota;
         }
         self.shared.update(now, State::quota)
@@ -644,7 +644,7 @@ impl TokenBucket {
     /// # Ok::<(), ConfigError>(())
     /// ```
     pub fn set_limit_rate(&self, limit: usize, rate: Rate) -> Result<(), ConfigError> {
-        self.update(|state, now| state.set_limit_rate(limit, rate, now))
+        self.set_limit(limit, Some(rate), None)
     }
 
     /// Changes the capacity. Tokens above a lowered capacity are dropped, and waiters
@@ -694,12 +694,21 @@ impl TokenBucket {
     /// # Ok::<(), ConfigError>(())
     /// ```
     pub fn set_limit_capacity(&self, limit: usize, capacity: u64) -> Result<(), ConfigError> {
+        self.set_limit(limit, None, Some(capacity))
+    }
+
+    /// Limit `limit` takes `rate` and `capacity`, each `None` for as it is.
+    fn set_limit(
+        &self,
+        limit: usize,
+        rate: Option<Rate>,
+        capacity: Option<u64>,
+    ) -> Result<(), ConfigError> {
         self.update(|state, now| {
-            let smallest = state.capacity_after(limit, capacity)?;
-            // Stored before waiters above it are refused, so that one woken on another
-            // thread sizes its next request by the new capacity.
+            let smallest = state.set_limit(limit, rate, capacity, now)?;
+            // Stored under the lock, before the waiters it refused are woken, so that one
+            // woken on another thread sizes its next request by the new capacity.
             self.shared.capacity.store(smallest, Ordering::Release);
-            state.set_limit_capacity(limit, capacity, now);
             Ok(())
         })
     }

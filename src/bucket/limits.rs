@@ -162,11 +162,6 @@ impl Limits {
         self.limits.len()
     }
 
-    #[inline]
-    pub(crate) fn is_single(&self) -> bool {
-        self.limits.len() == 1
-    }
-
     pub(crate) fn first(&self) -> &Limit {
         &self.limits[0]
     }
@@ -286,25 +281,14 @@ impl Limits {
         self.note_headroom();
     }
 
-    /// Limit `index`'s rate becomes `rate` from now on. The caller has checked both and
-    /// served up to now.
-    pub(crate) fn set_rate(&mut self, index: usize, rate: Rate) {
+    /// Limit `index` takes `rate` and `capacity` from now on, dropping what it holds above
+    /// the capacity. The caller has checked both and served up to now.
+    pub(crate) fn set(&mut self, index: usize, rate: Rate, capacity: u64) {
         self.changed();
         self.note_headroom();
         let now = self.now;
         if let Some(limit) = self.limits.get_mut(index) {
-            limit.reset(rate, limit.capacity(), now);
-        }
-    }
-
-    /// Limit `index`'s capacity becomes `capacity`, dropping what it holds above. The
-    /// caller has checked both and served up to now.
-    pub(crate) fn set_capacity(&mut self, index: usize, capacity: u64) {
-        self.changed();
-        self.note_headroom();
-        let now = self.now;
-        if let Some(limit) = self.limits.get_mut(index) {
-            limit.reset(limit.rate, capacity, now);
+            limit.reset(rate, capacity, now);
         }
         // A lowered capacity may leave less room than before.
         self.note_headroom();
@@ -323,7 +307,7 @@ impl Limits {
     /// Makes `empty_at`, read from the fast path's word, the first limit's: only a
     /// bucket with one limit hands its state to the word, in the word's very units.
     pub(crate) fn adopt(&mut self, empty_at: u128, least_room: Option<u128>) {
-        debug_assert!(self.is_single());
+        debug_assert_eq!(self.len(), 1);
         self.changed();
         let first = self.first_mut();
         first.empty_at = empty_at;
@@ -394,9 +378,10 @@ impl Limits {
 
     // ----- How long a newcomer waits ------------------------------------------------
 
-    /// Nanoseconds from now until a newcomer asking for `tokens` would be served, were
-    /// everyone in `queue` served first, in order, and nobody else; never shorter than
-    /// that true wait, or [`NEVER`].
+    /// Nanoseconds from now until a newcomer asking each limit for `newcomer(limit)`
+    /// would be served, were everyone in `queue` served first, in order, and nobody else;
+    /// never shorter than that true wait, or [`NEVER`]. Asking each for its capacity, it
+    /// is how long until every limit is full again.
     ///
     /// With one limit it is when the tokens ahead and the newcomer's have accrued: exact
     /// unless waits are queued (see `WaiterQueue::tokens_ahead_of`). With several, that
@@ -407,39 +392,22 @@ impl Limits {
     /// grants ahead are replayed one by one, exactly, behind up to [`REPLAYED_AHEAD`]
     /// waiters; past those, each later one is counted as if every limit were empty after
     /// the grant before it, which can only be later.
-    pub(crate) fn wait_behind(&self, queue: &WaiterQueue, tokens: u64) -> u64 {
-        if self.is_single() {
-            return self.single_wait(queue.tokens_ahead_of(tokens));
+    ///
+    /// With one limit and waiters queued, the bucket holds less than the head asks, so
+    /// it never reaches its capacity before they are served. A composite's place at the
+    /// head is the exception: the bucket keeps filling, capped, while the composite waits
+    /// for its other members, and it is counted here as taking its tokens as they are
+    /// there.
+    pub(crate) fn wait_behind(&self, queue: &WaiterQueue, newcomer: impl Fn(&Limit) -> u64) -> u64 {
+        if self.len() > 1 {
+            return self.replay_wait(queue, newcomer, REPLAYED_AHEAD);
         }
-        self.replay_wait(queue, |_| tokens, REPLAYED_AHEAD)
-    }
-
-    /// Nanoseconds from now until the one limit holds `needed` tokens, nothing taken.
-    fn single_wait(&self, needed: u128) -> u64 {
         let first = self.first();
+        let needed = queue.tokens_ahead_of(newcomer(first));
         match first.units.ready_at(first.capped(self.now), needed) {
             NEVER => NEVER,
             ready => ready.saturating_sub(self.now),
         }
-    }
-
-    /// Nanoseconds from now until every limit is full again, were everyone in `queue`
-    /// served first, in order, and nothing else taken; never shorter than that, or
-    /// [`NEVER`]. Full is each limit's own capacity: [`wait_behind`] for a newcomer
-    /// asking each limit for its capacity, and as exact.
-    ///
-    /// With one limit and waiters queued, the bucket holds less than the head asks, so
-    /// it never reaches its capacity before they are served: full once the tokens they
-    /// take and a capacity more have accrued. A composite's place at the head is the
-    /// exception: the bucket keeps filling, capped, while the composite waits for its
-    /// other members, and it is counted here as taking its tokens as they are there.
-    ///
-    /// [`wait_behind`]: Limits::wait_behind
-    pub(crate) fn full_behind(&self, queue: &WaiterQueue) -> u64 {
-        if self.is_single() {
-            return self.single_wait(queue.tokens_ahead_of(self.first().capacity()));
-        }
-        self.replay_wait(queue, Limit::capacity, REPLAYED_AHEAD)
     }
 
     /// [`wait_behind`](Limits::wait_behind) for several limits, replaying at most
@@ -498,12 +466,8 @@ impl Limits {
     /// (a capped limit still holds `n_k`, which is at most its capacity); summed, that is
     /// at most `max_i ⌈tokens / r_i⌉ + count` nanoseconds.
     fn bound_from_empty(&self, from: u64, count: usize, tokens: u64) -> u64 {
-        let slowest = self
-            .iter()
-            .map(|limit| limit.units.nanos_for(tokens.into()))
-            .max()
-            .unwrap_or(NEVER);
-        from.saturating_add(slowest)
+        let ready = |limit: &Limit| limit.units.ready_at(limit.units.at(from), tokens.into());
+        (self.iter().map(ready).max().unwrap_or(NEVER))
             .saturating_add(u64::try_from(count).unwrap_or(u64::MAX))
     }
 }
@@ -554,7 +518,7 @@ mod tests {
             .map(|limit| limit.units.ready_at(limit.empty_at, needed))
             .max();
         assert_eq!(accrual, Some(3 * SECOND));
-        assert_eq!(limits.wait_behind(&queue, 1), 7 * SECOND / 2);
+        assert_eq!(limits.wait_behind(&queue, |_| 1), 7 * SECOND / 2);
     }
 
     /// Past the waiters replayed, the bound is never shorter than the full replay.
@@ -606,7 +570,7 @@ mod tests {
     #[test]
     fn one_limit_answers_as_its_instant() {
         let limits = Limits::new((Rate::per_second(4), 8), &[], Some(3), 0);
-        assert!(limits.is_single());
+        assert_eq!(limits.len(), 1);
         assert_eq!(
             (limits.tokens(), limits.capacity(), limits.len()),
             (3, 8, 1)

@@ -128,10 +128,10 @@ impl Shared {
             state.resume(units, empty_at);
         }
         let now = state.now();
-        let fast = match state.idle_limit() {
-            Some(limit) => FastPath::new(limit, now),
-            None => FastPath::seized(),
-        };
+        let fast = FastPath::seized();
+        if let Some(limit) = state.idle_limit() {
+            fast.publish(limit, now, false);
+        }
         Shared {
             fast,
             observer,
@@ -268,7 +268,9 @@ impl Shared {
         let now = self.clock.now();
         let served_now = match request.kind {
             Kind::Take => self.fast.take_now(request.tokens, now),
-            Kind::Wait => self.fast.holds(request.tokens, now),
+            Kind::Wait => {
+                (self.fast.read(now, Units::tokens)).is_some_and(|held| held >= request.tokens)
+            }
             // A composite's hold is joined under the lock (see `composite/`), never here.
             Kind::Hold => false,
         };

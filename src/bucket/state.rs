@@ -313,7 +313,7 @@ impl State {
         {
             return Ok(());
         }
-        let retry_after = match self.limits.wait_behind(&self.queue, tokens) {
+        let retry_after = match self.limits.wait_behind(&self.queue, |_| tokens) {
             // Past what a u64 of nanoseconds holds (584 years): never shorter than true.
             NEVER => Duration::MAX,
             nanos => Duration::from_nanos(nanos),
@@ -573,35 +573,25 @@ impl State {
         })
     }
 
-    pub(crate) fn set_limit_rate(
+    /// Limit `index` takes `rate` and `capacity` (each `None` for as it is) from `now` on:
+    /// everything up to now accrued at the old settings. Waiters asking for more than the
+    /// smallest capacity then are refused. Returns that smallest capacity; a refused
+    /// change changes nothing.
+    pub(crate) fn set_limit(
         &mut self,
         index: usize,
-        rate: Rate,
+        rate: Option<Rate>,
+        capacity: Option<u64>,
         now: u64,
-    ) -> Result<(), ConfigError> {
-        let capacity = self.check_limit(index)?.capacity();
+    ) -> Result<u64, ConfigError> {
+        let limit = self.check_limit(index)?;
+        let (rate, capacity) = (
+            rate.unwrap_or(limit.rate),
+            capacity.unwrap_or(limit.capacity()),
+        );
         check_rate(rate)?;
-        check_count(index, rate, capacity)?;
-        // Everything up to now accrued at the old rate.
-        self.serve(now);
-        self.limits.set_rate(index, rate);
-        self.changed_at(now);
-        Ok(())
-    }
-
-    /// The smallest capacity once limit `index`'s is `capacity`, if the bucket may take
-    /// it: [`set_limit_capacity`](State::set_limit_capacity) with these will not fail.
-    pub(crate) fn capacity_after(&self, index: usize, capacity: u64) -> Result<u64, ConfigError> {
-        let rate = self.check_limit(index)?.rate;
         check_capacity(capacity)?;
         check_count(index, rate, capacity)?;
-        Ok(self.limits.capacity_with(index, capacity))
-    }
-
-    /// Limit `index`'s capacity becomes `capacity`, checked by
-    /// [`capacity_after`](State::capacity_after). Waiters asking for more than the
-    /// smallest capacity then are refused.
-    pub(crate) fn set_limit_capacity(&mut self, index: usize, capacity: u64, now: u64) {
         let smallest = self.limits.capacity_with(index, capacity);
         let now = self.serve(now);
         let (outcomes, wakers) = (&mut self.outcomes, &mut self.wakers);
@@ -616,9 +606,10 @@ impl State {
                 wakers.push(waker);
             },
         );
-        self.limits.set_capacity(index, capacity);
+        self.limits.set(index, rate, capacity);
         // A waiter that left may have held smaller ones back.
         self.changed_at(now);
+        Ok(smallest)
     }
 
     /// Closes for good. Waiters whose tokens accrued before now are granted first: they
@@ -668,12 +659,12 @@ impl State {
 
     /// The [`Quota`] at `now`: the whole tokens held (the least over the limits), and how
     /// long until every limit is full again were the waiters queued served and nothing
-    /// else taken (see [`Limits::full_behind`]), rounded up to the nanosecond. Measured
+    /// else taken (see [`Limits::wait_behind`]), rounded up to the nanosecond. Measured
     /// from `now`, though the limits may stand a little later (a racing caller read a
     /// later clock): never short.
     pub(crate) fn quota(&mut self, now: u64) -> Quota {
         let served = self.serve(now);
-        let full_after = match self.limits.full_behind(&self.queue) {
+        let full_after = match self.limits.wait_behind(&self.queue, Limit::capacity) {
             // Past what a u64 of nanoseconds holds (584 years).
             NEVER => Duration::MAX,
             nanos => duration_from_nanos(u128::from(nanos) + u128::from(served - now)),
@@ -732,7 +723,7 @@ impl State {
     /// its one word holds one limit. Publishing may re-count it from a new base (see
     /// `fast.rs`).
     pub(crate) fn idle_limit(&mut self) -> Option<&mut Limit> {
-        let idle = self.queue.is_empty() && !self.closed && self.limits.is_single();
+        let idle = self.queue.is_empty() && !self.closed && self.limits.len() == 1;
         idle.then_some(self.limits.first_mut())
     }
 
