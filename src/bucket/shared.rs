@@ -47,7 +47,7 @@ pub(crate) struct Shared {
     pub(crate) limits: usize,
     /// What every `Closed` waits on, made by the first that is asked for: most buckets
     /// (a per-key one, say) are never watched and so never pay its allocations.
-    close_watch: Mutex<CloseWatch>,
+    close_watch: Mutex<Option<(signal::Sender<()>, CloseSignal)>>,
     /// Orders the bucket among a composite's members.
     pub(crate) identity: Identity,
     /// Makes the refill task panic, to test what a panic there does.
@@ -60,21 +60,25 @@ pub(crate) struct Shared {
 /// be lost. Dropping the bucket drops the sender, which fires it too.
 pub(crate) type CloseSignal = SharedFuture<signal::Receiver<()>>;
 
-/// The signal a close fires, if anyone watches for it.
-enum CloseWatch {
-    Unwatched,
-    Watched {
-        sender: signal::Sender<()>,
-        signal: CloseSignal,
-    },
-    Fired,
+/// The state, held: the fast path's word is seized while it is held. Released, it hands
+/// the word the state back if nobody waits, nudges the refill task if something became
+/// due sooner than it planned for (or the bucket closed), and wakes the waiters whose
+/// outcomes were decided under it once the lock is released.
+pub(crate) struct Locked<'a> {
+    shared: &'a Shared,
+    state: MutexGuard<'a, State>,
+    /// Last, so that it is dropped after the guard: waking may wake a sleeping worker
+    /// thread, and that system call should not hold up everyone waiting for the lock.
+    woken: Wake,
 }
 
-/// The state, held: the fast path's word is seized while it is held, and handed the
-/// state back when it is released with nobody waiting.
-pub(crate) struct Locked<'a> {
-    fast: &'a FastPath,
-    state: MutexGuard<'a, State>,
+/// Wakers to wake as it is dropped.
+struct Wake(Vec<Waker>);
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        self.0.drain(..).for_each(Waker::wake);
+    }
 }
 
 impl Deref for Locked<'_> {
@@ -93,15 +97,16 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        debug_assert!(
-            !self.state.has_wakers(),
-            "waiters told their outcomes must be woken once the lock is released"
-        );
-        self.state.flush_tally(&self.fast.counters);
+        let fast = &self.shared.fast;
+        self.state.flush_tally(&fast.counters);
         let (record, now) = (self.state.unseen_active(), self.state.now());
         if let Some(limit) = self.state.idle_limit() {
-            self.fast.publish(limit, now, record);
+            fast.publish(limit, now, record);
         }
+        if self.state.refill_needs_nudge() {
+            self.shared.refill.nudge();
+        }
+        self.state.swap_wakers(&mut self.woken.0);
     }
 }
 
@@ -142,7 +147,7 @@ impl Shared {
             closed: AtomicBool::new(false),
             queue_limit: settings.queue_limit,
             limits: 1 + settings.more.len(),
-            close_watch: Mutex::new(CloseWatch::Unwatched),
+            close_watch: Mutex::new(None),
             identity: Identity::new(),
             #[cfg(all(test, not(loom)))]
             panic_in_refill: std::sync::atomic::AtomicBool::new(false),
@@ -163,40 +168,15 @@ impl Shared {
             }
         }
         Locked {
-            fast: &self.fast,
+            shared: self,
             state,
+            woken: Wake(Vec::new()),
         }
     }
 
-    /// Runs `change` on the state at `now`, then releases it as [`release`](Shared::release)
-    /// says.
+    /// Runs `change` on the state at `now`, then releases it (see [`Locked`]).
     pub(crate) fn update<R>(&self, now: u64, change: impl FnOnce(&mut State, u64) -> R) -> R {
-        let mut state = self.lock();
-        let result = change(&mut state, now);
-        self.release(state);
-        result
-    }
-
-    /// Releases the state after a change: nudges the refill task if the change made
-    /// something due sooner than it planned for (or closed the bucket), and wakes the
-    /// waiters whose outcomes it decided once the lock is released.
-    fn release(&self, mut state: Locked<'_>) {
-        if state.refill_needs_nudge() {
-            self.refill.nudge();
-        }
-        if state.has_wakers() {
-            self.unlock_and_wake(state, Vec::new());
-        }
-    }
-
-    /// Releases the lock, then wakes the waiters whose outcomes were decided under it.
-    /// Returns the emptied vector, so that a caller that serves often (the refill task)
-    /// reuses its capacity.
-    fn unlock_and_wake<'a>(&'a self, mut state: Locked<'a>, mut wakers: Vec<Waker>) -> Vec<Waker> {
-        state.swap_wakers(&mut wakers);
-        drop(state);
-        wakers.drain(..).for_each(Waker::wake);
-        wakers
+        change(&mut self.lock(), now)
     }
 
     /// Closes the bucket: the flag first, so that a waiter woken on another thread finds
@@ -207,32 +187,26 @@ impl Shared {
             self.closed.store(true, Ordering::Release);
             close(state, now);
         });
-        let watch = std::mem::replace(&mut *self.close_watch(), CloseWatch::Fired);
-        if let CloseWatch::Watched { sender, .. } = watch {
-            // Every `Closed` holds a clone of the signal, so nobody listening is fine.
-            let _ = sender.send(());
-        }
+        // Dropping the sender fires the signal every `Closed` holds a clone of.
+        drop(self.close_watch().take());
     }
 
-    /// What a `Closed` waits on; `None` once the bucket closed.
+    /// What a `Closed` waits on; `None` once the bucket closed. The flag is set before
+    /// [`close`](Shared::close) takes the watch, so read under the watch's lock it tells
+    /// whether a signal made now would ever fire.
     pub(crate) fn close_signal(&self) -> Option<CloseSignal> {
         let mut watch = self.close_watch();
-        match &*watch {
-            CloseWatch::Fired => None,
-            CloseWatch::Watched { signal, .. } => Some(signal.clone()),
-            CloseWatch::Unwatched => {
-                let (sender, receiver) = signal::channel();
-                let signal = receiver.shared();
-                *watch = CloseWatch::Watched {
-                    sender,
-                    signal: signal.clone(),
-                };
-                Some(signal)
-            }
+        if self.closed.load(Ordering::Acquire) {
+            return None;
         }
+        let (_, signal) = watch.get_or_insert_with(|| {
+            let (sender, receiver) = signal::channel();
+            (sender, receiver.shared())
+        });
+        Some(signal.clone())
     }
 
-    fn close_watch(&self) -> MutexGuard<'_, CloseWatch> {
+    fn close_watch(&self) -> MutexGuard<'_, Option<(signal::Sender<()>, CloseSignal)>> {
         // Nothing panics while holding it either.
         self.close_watch
             .lock()
@@ -243,7 +217,7 @@ impl Shared {
     pub(crate) fn hold(self: &Arc<Self>) -> HeldBucket<'_> {
         HeldBucket {
             shared: self,
-            state: Some(self.lock()),
+            state: self.lock(),
         }
     }
 
@@ -330,25 +304,14 @@ impl Shared {
         }
     }
 
-    /// Called by a queued waiter that is still pending: if the refill task died with its
-    /// runtime, start a new one here, so a waiter carried into another runtime is served.
+    /// Polls queued waiter `id`, which takes `consumes` tokens when granted, for its
+    /// outcome, under the lock: a grant read there is seen (see `unseen.rs`).
     ///
     /// # Panics
     ///
-    /// When the task must be started here and this runtime has no timer: it would panic
-    /// on its first sleep, be started again by this waiter, and so on for ever.
-    fn keep_serving(self: &Arc<Self>) {
-        if self.refill.is_running() {
-            return;
-        }
-        clock::require_timer();
-        let mut state = self.lock();
-        // Outside any runtime there is nobody to start it; the next poll inside one will.
-        let _ = self.ensure_refill(&mut state);
-    }
-
-    /// Polls queued waiter `id`, which takes `consumes` tokens when granted, for its
-    /// outcome, under the lock: a grant read there is seen (see `unseen.rs`).
+    /// When the refill task died with its runtime and must be started again here, in a
+    /// runtime without a timer: it would panic on its first sleep, be started again by
+    /// this waiter, and so on for ever.
     pub(crate) fn poll_outcome(
         self: &Arc<Self>,
         id: WaiterId,
@@ -359,8 +322,13 @@ impl Shared {
         if let Some(outcome) = decided {
             return Poll::Ready(outcome);
         }
-        // The refill task may have died with its runtime (which woke us): start another.
-        self.keep_serving();
+        // The refill task may have died with its runtime (which woke us): start another
+        // here, so that a waiter carried into another runtime is served. Outside any
+        // runtime there is nobody to start it; the next poll inside one will.
+        if !self.refill.is_running() {
+            clock::require_timer();
+            let _ = self.ensure_refill(&mut self.lock());
+        }
         Poll::Pending
     }
 
@@ -388,14 +356,15 @@ impl Served for Shared {
             return None;
         }
         let due = state.serve_and_plan_refill(now);
-        *wakers = self.unlock_and_wake(state, std::mem::take(wakers));
+        // Woken here, from the task's own vector, so that serving reuses one allocation.
+        state.swap_wakers(wakers);
+        drop(state);
+        wakers.drain(..).for_each(Waker::wake);
         Some(self.clock.instant(due))
     }
 
     fn refill_lost(&self) {
-        let mut state = self.lock();
-        state.refill_lost();
-        self.unlock_and_wake(state, Vec::new());
+        self.lock().refill_lost();
     }
 
     fn refill_failed(&self) {
@@ -409,7 +378,7 @@ impl Served for Shared {
 /// wakes the waiters decided under it, as every other change does.
 pub(crate) struct HeldBucket<'a> {
     shared: &'a Arc<Shared>,
-    state: Option<Locked<'a>>,
+    state: Locked<'a>,
 }
 
 impl HeldBucket<'_> {
@@ -426,8 +395,7 @@ impl HeldBucket<'_> {
 
     /// Makes sure a refill task serves those behind a hold once it leaves.
     pub(crate) fn ensure_refill(&mut self) -> Result<(), TakeError> {
-        let shared = self.shared;
-        shared.ensure_refill(self)
+        self.shared.ensure_refill(&mut self.state)
     }
 }
 
@@ -435,20 +403,12 @@ impl Deref for HeldBucket<'_> {
     type Target = State;
 
     fn deref(&self) -> &State {
-        self.state.as_ref().expect("held until dropped")
+        &self.state
     }
 }
 
 impl DerefMut for HeldBucket<'_> {
     fn deref_mut(&mut self) -> &mut State {
-        self.state.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for HeldBucket<'_> {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            self.shared.release(state);
-        }
+        &mut self.state
     }
 }

@@ -140,7 +140,7 @@ pub(crate) struct State {
     /// The instant the refill task (if one runs) will next wake at.
     refill_wake: u64,
     /// Waiters whose outcomes were decided, to wake once the lock is released (see
-    /// `Shared::unlock_and_wake` in `shared.rs`): waking may wake a sleeping worker
+    /// `Locked` in `shared.rs`): waking may wake a sleeping worker
     /// thread, and that system call should not hold up everyone else waiting for the lock.
     wakers: Vec<Waker>,
     /// The outcomes of waiters that have left the queue other than by themselves, until
