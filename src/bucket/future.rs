@@ -113,11 +113,29 @@ impl Acquire {
         self.finish_reporting(outcome)
     }
 
-    /// Done with `outcome`, told by the bucket, then reported: done first, so that a
-    /// report that panics leaves nothing for the drop to give back or leave twice.
+    /// Done with `outcome`, told by the bucket, then reported (see `observe/`): done
+    /// first, so that a report that panics leaves nothing for the drop to give back or
+    /// leave twice.
     fn finish_reporting(&mut self, outcome: Outcome) -> Poll<Result<(), TakeError>> {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
-        self.report(&phase, outcome);
+        #[cfg(any(feature = "metrics", feature = "tracing"))]
+        if let Phase::Queued {
+            watched: Some(watched),
+            ..
+        } = &phase
+        {
+            #[cfg(feature = "tracing")]
+            let _entered = watched.span.as_ref().map(tracing::Span::enter);
+            let observer = &self.bucket.observer;
+            match outcome {
+                Outcome::Granted => {
+                    observer.waited(self.request.consumes(), watched.since.elapsed());
+                }
+                Outcome::TimedOut => observer.timed_out(self.request.tokens),
+                _ => {}
+            }
+        }
+        let _ = phase;
         Poll::Ready(outcome.into())
     }
 
@@ -133,38 +151,6 @@ impl Acquire {
         }))
     }
 
-    /// Reports how a queued request, in `phase` until now, ended (see `observe/`).
-    fn report(&self, phase: &Phase, outcome: Outcome) {
-        #[cfg(any(feature = "metrics", feature = "tracing"))]
-        if let Phase::Queued {
-            watched: Some(watched),
-            ..
-        } = phase
-        {
-            #[cfg(feature = "tracing")]
-            let _entered = watched.span.as_ref().map(tracing::Span::enter);
-            let observer = &self.bucket.observer;
-            match outcome {
-                Outcome::Granted => {
-                    observer.waited(self.request.consumes(), watched.since.elapsed());
-                }
-                Outcome::TimedOut => observer.timed_out(self.request.tokens),
-                _ => {}
-            }
-        }
-        let _ = (phase, outcome);
-    }
-
-    /// The deadline passed: leave the queue, unless the tokens came in time.
-    fn expire(&mut self) -> Poll<Result<(), TakeError>> {
-        let Phase::Queued { id, .. } = &self.phase else {
-            return Poll::Pending;
-        };
-        let id = *id;
-        let outcome = self.bucket.leave(id, self.request, Leaving::DeadlinePassed);
-        self.finish_reporting(outcome.unwrap_or(Outcome::TimedOut))
-    }
-
     #[inline]
     fn finish(&mut self, result: Result<(), TakeError>) -> Poll<Result<(), TakeError>> {
         self.phase = Phase::Done;
@@ -173,6 +159,11 @@ impl Acquire {
 
     fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
+    }
+
+    #[inline]
+    fn poll_request(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
+        self.get_mut().poll_acquire(cx)
     }
 }
 
@@ -216,14 +207,20 @@ impl Timed {
         }
     }
 
-    fn poll_timed(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
+    fn is_done(&self) -> bool {
+        self.acquire.is_done()
+    }
+
+    fn poll_request(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), TakeError>> {
         let mut this = self.project();
         if let Poll::Ready(result) = this.acquire.poll_acquire(cx) {
             return Poll::Ready(result);
         }
-        if this.acquire.is_done() {
+        // Pending, so queued, or done and fused.
+        let Phase::Queued { id, .. } = &this.acquire.phase else {
             return Poll::Pending;
-        }
+        };
+        let id = *id;
         if this.timer.is_none() {
             let bucket = &this.acquire.bucket;
             let Some(deadline) = bucket.clock.instant(this.acquire.request.deadline) else {
@@ -231,22 +228,25 @@ impl Timed {
             };
             this.timer.set(Some(sleep_until(deadline)));
         }
-        if let Some(timer) = this.timer.as_pin_mut() {
-            ready!(timer.poll(cx));
-        }
-        this.acquire.expire()
+        ready!((this.timer.as_pin_mut()).map_or(Poll::Pending, |timer| timer.poll(cx)));
+        // The deadline passed: leave the queue, unless the tokens came in time.
+        let acquire = this.acquire;
+        let outcome = acquire
+            .bucket
+            .leave(id, acquire.request, Leaving::DeadlinePassed);
+        acquire.finish_reporting(outcome.unwrap_or(Outcome::TimedOut))
     }
 }
 
 /// Implements `Future` and `FusedFuture` for a public future wrapping `Acquire` or `Timed`.
 macro_rules! request_future {
-    ($name:ident, Acquire) => {
+    ($name:ident, $inner:ident) => {
         impl Future for $name {
             type Output = Result<(), TakeError>;
 
             #[inline]
-            fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-                self.inner.poll_acquire(cx)
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                self.project().inner.poll_request(cx)
             }
         }
 
@@ -260,30 +260,7 @@ macro_rules! request_future {
             #[inline]
             pub(crate) fn new(request: (Arc<Shared>, Request)) -> $name {
                 $name {
-                    inner: Acquire::new(request),
-                }
-            }
-        }
-    };
-    ($name:ident, Timed) => {
-        impl Future for $name {
-            type Output = Result<(), TakeError>;
-
-            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-                self.project().inner.poll_timed(cx)
-            }
-        }
-
-        impl FusedFuture for $name {
-            fn is_terminated(&self) -> bool {
-                self.inner.acquire.is_done()
-            }
-        }
-
-        impl $name {
-            pub(crate) fn new(request: (Arc<Shared>, Request)) -> $name {
-                $name {
-                    inner: Timed::new(request),
+                    inner: $inner::new(request),
                 }
             }
         }
@@ -324,9 +301,11 @@ macro_rules! request_future {
 /// # Ok(())
 /// # }
 /// ```
+#[pin_project]
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Take {
+    #[pin]
     inner: Acquire,
 }
 request_future!(Take, Acquire);
@@ -358,9 +337,11 @@ request_future!(Take, Acquire);
 /// # Ok(())
 /// # }
 /// ```
+#[pin_project]
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 #[derive(Debug)]
 pub struct Wait {
+    #[pin]
     inner: Acquire,
 }
 request_future!(Wait, Acquire);
