@@ -60,31 +60,28 @@ pub(crate) async fn acquire_all(
     // It must wait: without a timer nothing could wake it, so say so on this first poll.
     clock::require_timer();
     let mut sleep = None;
-    let (parts, mut places) = match order {
-        Order::AtOnce => {
-            let parts = waiting_on(&hooks, order, |_| true)?;
-            let places = poll_fn(|context| Poll::Ready(join(&parts, permits, context))).await?;
-            (parts, places)
-        }
-        Order::InTurn => {
-            // A key that follows is made whole only once the composite joins its line.
-            let leader = waiting_on(&hooks, order, |member| member == 0)?;
-            let mut led = poll_fn(|context| Poll::Ready(join(&leader, permits, context))).await?;
-            // Its place in the first line is kept while it joins the others: nobody who
-            // came later to that line passes it.
-            poll_fn(|context| led.poll_decide(&leader, context, &mut sleep, Then::Keep)).await?;
-            let parts = waiting_on(&hooks, order, |_| true)?;
-            let followers: Vec<Indexed<'_>> = parts
-                .iter()
-                .copied()
-                .filter(|indexed| indexed.member != 0)
-                .collect();
-            let rest = poll_fn(|context| Poll::Ready(join(&followers, permits, context))).await?;
-            let places = led.merge(rest, &parts);
-            (parts, places)
-        }
-    };
-    poll_fn(|context| places.poll_decide(&parts, context, &mut sleep, Then::Commit)).await
+    // In turn, it first waits in the first member's line alone, until that member would
+    // admit it; its place there is kept while it joins the others, so that nobody who
+    // came later to that line passes it. A key that follows is made whole only then.
+    let mut led = None;
+    if order == Order::InTurn {
+        let leader = waiting_on(&hooks, order, |member| member == 0)?;
+        let mut places = poll_fn(|context| Poll::Ready(join(&leader, permits, context))).await?;
+        poll_fn(|context| places.poll_decide(&leader, context, &mut sleep, false)).await?;
+        led = Some(places);
+    }
+    let parts = waiting_on(&hooks, order, |_| true)?;
+    let joining: Vec<Indexed<'_>> = (parts.iter().copied())
+        .filter(|indexed| led.is_none() || indexed.member != 0)
+        .collect();
+    let mut places = poll_fn(|context| Poll::Ready(join(&joining, permits, context))).await?;
+    // The first member's place goes where it stands in the lock order; until then the
+    // places it was in leave its line if anything fails.
+    if let Some(place) = led.as_mut().and_then(|led| led.places.pop()) {
+        let at = parts.iter().position(|indexed| indexed.member == 0);
+        places.places.insert(at.unwrap_or(0), place);
+    }
+    poll_fn(|context| places.poll_decide(&parts, context, &mut sleep, true)).await
 }
 
 /// The limiters of the members at the positions `wanted` picks, which a composite of
@@ -225,35 +222,7 @@ fn join<'a>(
     })
 }
 
-/// What [`Places::poll_decide`] does once every member it waits on would admit it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Then {
-    /// Counts it in every member: the composite is admitted.
-    Commit,
-    /// Keeps its places, counting nothing: it has more lines to join.
-    Keep,
-}
-
 impl<'a> Places<'a> {
-    /// These places and `rest`'s, in the lock order of `parts`, which holds the members
-    /// of both.
-    fn merge(mut self, mut rest: Places<'a>, parts: &[Indexed<'_>]) -> Places<'a> {
-        let mut own = std::mem::take(&mut self.places).into_iter();
-        let mut others = std::mem::take(&mut rest.places).into_iter();
-        let places = parts
-            .iter()
-            .filter_map(|indexed| match indexed.member {
-                0 => own.next(),
-                _ => others.next(),
-            })
-            .collect();
-        Places {
-            places,
-            permits: self.permits,
-            ready_since: None,
-        }
-    }
-
     /// While some window's line is not yet reached: `Ready` with the member's error if
     /// a bucket's hold left its queue, else `Pending`, this poll's waker registered with
     /// every hold still queued. Each bucket is locked alone, as nothing else is held.
@@ -276,14 +245,15 @@ impl<'a> Places<'a> {
     }
 
     /// Decides, once at the head of every line: every member would admit it at one
-    /// instant, and then it does `then`, or it sleeps until the latest instant a member
-    /// named.
+    /// instant, and then it counts it in every member if it may `commit` (the composite
+    /// is admitted) or else keeps its places, counting nothing (it has more lines to
+    /// join); or it sleeps until the latest instant a member named.
     fn poll_decide(
         &mut self,
         parts: &[Indexed<'_>],
         context: &mut Context<'_>,
         sleep: &mut Option<Pin<Box<Sleep>>>,
-        then: Then,
+        commit: bool,
     ) -> Poll<Result<(), AcquireAllError>> {
         loop {
             // At the head of every window limiter's line? Each wakes the task when it is.
@@ -333,7 +303,7 @@ impl<'a> Places<'a> {
                     _ => unreachable!("places and locks are in the same order"),
                 }
             }
-            if ready && then == Then::Keep {
+            if ready && !commit {
                 return Poll::Ready(Ok(()));
             }
             if ready {

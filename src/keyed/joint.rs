@@ -11,13 +11,12 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use crate::composite::{try_each, Refused};
+use crate::composite::{try_each, Member, Refused};
 use crate::error::TryAcquireError;
 use crate::keyed::handle::Keyed;
-use crate::keyed::member::as_member;
 use crate::keyed::slots::{step, Step};
 use crate::limiter::{KeyTemplate, Limiter};
-use crate::quota::{Decision, Quota};
+use crate::quota::Quota;
 
 /// What [`Keyed::try_acquire_with`] decided, and both limiters' quotas.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,13 +59,13 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     /// nothing, behind the waiters of either line, and neither given a part in
     /// composites. Both
     /// quotas are then read right after the decision, so a request for the same key or
-    /// the global limiter on another thread may slip in between. A limiter that is not
-    /// one of the crate's (which a composite cannot hold) is decided in turn, the key
-    /// first, and the key's permits given back with its `refund` when `global` refuses.
+    /// the global limiter on another thread may slip in between.
     ///
     /// `global` must not be a limiter of this `Keyed`'s keys.
-    pub(crate) fn try_acquire_with<Q, G: Limiter>(&self, key: &Q, permits: u64, global: &G) -> Joint
+    pub(crate) fn try_acquire_with<Q, G>(&self, key: &Q, permits: u64, global: &G) -> Joint
     where
+        L: Member,
+        G: Limiter + Member,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -79,16 +78,28 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
                 // took the permits too; until then the word is as it was, and so is its
                 // quota.
                 let mut decided = *word;
-                let joint = key_then_global(
-                    || compact.decide_word(&mut decided, permits, reading),
-                    global,
-                    permits,
-                    || Some(compact.quota_of_word(*word, reading)),
-                );
-                if joint.result.is_ok() {
-                    *word = decided;
+                let key = compact.decide_word(&mut decided, permits, reading);
+                if let Err(refusal) = key.result {
+                    return Joint {
+                        result: Err(JointRefusal::Key(refusal)),
+                        key: key.quota,
+                        global: global.quota(),
+                    };
                 }
-                joint
+                let decision = global.try_acquire_decision(permits);
+                if let Err(refusal) = decision.result {
+                    return Joint {
+                        result: Err(JointRefusal::Global(refusal)),
+                        key: Some(compact.quota_of_word(*word, reading)),
+                        global: decision.quota,
+                    };
+                }
+                *word = decided;
+                Joint {
+                    result: Ok(()),
+                    key: key.quota,
+                    global: decision.quota,
+                }
             })
         });
         match decided {
@@ -103,44 +114,13 @@ impl<K: Hash + Eq, L: KeyTemplate> Keyed<K, L> {
     }
 }
 
-/// The key decided by `decide_key`, then, only if it admitted, `global`; when `global`
-/// refuses, `undo` gives the key back what it took and returns the key's quota then.
-#[inline(always)]
-fn key_then_global<G: Limiter>(
-    decide_key: impl FnOnce() -> Decision,
-    global: &G,
-    permits: u64,
-    undo: impl FnOnce() -> Option<Quota>,
-) -> Joint {
-    let key = decide_key();
-    if let Err(refusal) = key.result {
-        return Joint {
-            result: Err(JointRefusal::Key(refusal)),
-            key: key.quota,
-            global: global.quota(),
-        };
-    }
-    let decision = global.try_acquire_decision(permits);
-    if let Err(refusal) = decision.result {
-        return Joint {
-            result: Err(JointRefusal::Global(refusal)),
-            key: undo(),
-            global: decision.quota,
-        };
-    }
-    Joint {
-        result: Ok(()),
-        key: key.quota,
-        global: decision.quota,
-    }
-}
-
 /// The joint decision on a key's whole `limiter`, with no lock of the `Keyed` held.
-fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
-    let (Some(member), Some(global_member)) = (as_member(limiter), as_member(global)) else {
-        return one_after_the_other(limiter, permits, global);
-    };
-    let result = match try_each(&(member, global_member), permits) {
+fn on_whole<L, G>(limiter: &L, permits: u64, global: &G) -> Joint
+where
+    L: Limiter + Member,
+    G: Limiter + Member,
+{
+    let result = match try_each(&(limiter, global), permits) {
         Ok(()) => Ok(()),
         Err(Refused::Repeated { .. }) => {
             // Only one limiter: `global` is the key's own. Deciding it once is all or
@@ -166,18 +146,4 @@ fn on_whole<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Jo
         key: limiter.quota(),
         global: global.quota(),
     }
-}
-
-/// The joint decision for limiters a composite cannot hold: the key first, then `global`;
-/// the key's permits given back with its `refund` when `global` refuses.
-fn one_after_the_other<L: Limiter, G: Limiter>(limiter: &L, permits: u64, global: &G) -> Joint {
-    key_then_global(
-        || limiter.try_acquire_decision(permits),
-        global,
-        permits,
-        || {
-            limiter.refund(permits);
-            limiter.quota()
-        },
-    )
 }

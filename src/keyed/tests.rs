@@ -510,54 +510,6 @@ async fn a_joint_decision_on_a_whole_key_keeps_its_line_and_is_all_or_nothing() 
     );
 }
 
-/// A limiter of the user's own, which a composite cannot hold: a bucket behind the
-/// trait's provided methods.
-struct Mine(TokenBucket);
-
-impl Limiter for Mine {
-    fn try_acquire(&self, permits: u64) -> Result<(), TryAcquireError> {
-        self.0.try_acquire(permits)
-    }
-
-    async fn acquire(&self, permits: u64) -> Result<(), AcquireError> {
-        Limiter::acquire(&self.0, permits).await
-    }
-
-    fn is_limited(&self) -> bool {
-        self.0.is_limited()
-    }
-
-    fn refund(&self, permits: u64) {
-        Limiter::refund(&self.0, permits);
-    }
-
-    fn available(&self) -> u64 {
-        Limiter::available(&self.0)
-    }
-}
-
-impl KeyTemplate for Mine {
-    fn is_idle(&self) -> bool {
-        self.0.is_idle()
-    }
-
-    fn fresh(&self) -> Mine {
-        Mine(self.0.fresh())
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_joint_decision_with_a_limiter_of_ones_own_gives_the_key_back_what_it_took() {
-    let keyed: Keyed<u8, Mine> = Keyed::new(Mine(bucket(Rate::per_hour(1), 3)));
-    let global = bucket(Rate::per_second(1), 1);
-    let joint = keyed.try_acquire_with(&0, 1, &global);
-    assert_eq!((joint.result, joint.key), (Ok(()), None));
-    let joint = keyed.try_acquire_with(&0, 1, &global);
-    assert_eq!(joint.result, refused_by_global(Duration::from_secs(1)));
-    assert_eq!(joint.global, quota(0, Duration::from_secs(1)));
-    assert_eq!(keyed.get(&0).unwrap().available(), 2, "the key got it back");
-}
-
 /// The flood: 100,000 fresh keys decided with a global bucket, most refused by
 /// it, stay words: no key is made whole, so none costs a limiter of its own.
 #[tokio::test(start_paused = true)]
