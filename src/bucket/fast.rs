@@ -384,6 +384,7 @@ impl FastPath {
     /// The settings as stored. Acquire, beside the Release stores of `write_settings`: a
     /// setting written in a later era is only seen together with the seize that began it,
     /// which `see_with`'s second reading of the word then sees.
+    #[inline]
     fn units(&self) -> Units {
         Units::from_parts(
             self.per_nanosecond.load(Acquire),
