@@ -287,11 +287,16 @@ impl Limits {
         self.changed();
         self.note_headroom();
         let now = self.now;
-        if let Some(limit) = self.limits.get_mut(index) {
-            limit.reset(rate, capacity, now);
+        let Some(limit) = self.limits.get_mut(index) else {
+            return;
+        };
+        let resized = limit.capacity() != capacity;
+        limit.reset(rate, capacity, now);
+        // A lowered capacity may leave less room than before; a new rate alone re-counts
+        // the room already noted (see `Least::rescale`).
+        if resized {
+            self.note_headroom();
         }
-        // A lowered capacity may leave less room than before.
-        self.note_headroom();
     }
 
     /// A snapshot of each limit, in order.

@@ -4,8 +4,8 @@
 //! holder that decides its outcome takes the waker out and wakes it once the lock is
 //! released, and the waiter reads the outcome the state keeps for it (`state.rs`). A
 //! waiter that gives up is not removed from the middle of the queue; its entry becomes a
-//! tombstone, found by id (ids only grow, so a binary search finds it), and is dropped when it
-//! reaches the front. The live counts are updated at once, so a tombstone is invisible to
+//! tombstone, found by id (ids only grow, so a binary search finds it), and is dropped
+//! when it reaches the front. The live counts are updated at once, so a tombstone is invisible to
 //! everything that counts the queue: `queued()`, `retry_after`, the queue limit. Once
 //! tombstones outnumber live waiters the queue is compacted, so waiters cancelled behind
 //! a slow head cannot grow memory without bound.
