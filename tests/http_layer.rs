@@ -717,3 +717,27 @@ async fn retry_after_covers_the_global_limit_too() {
         "obeyed Retry-After: {retry_after} s, refused again"
     );
 }
+
+#[test]
+fn a_cidr_with_host_bits_set_is_refused_naming_the_block_it_would_have_been() {
+    use token_bucket::http::{Cidr, CidrError};
+    // A trusted proxy written as a network with a typo must not widen the trust.
+    let typo = "10.0.0.1/8".parse::<Cidr>();
+    assert_eq!(
+        typo,
+        Err(CidrError::HostBitsSet {
+            text: "10.0.0.1/8".into(),
+            network: "10.0.0.0/8".parse().unwrap(),
+        })
+    );
+    assert_eq!(
+        typo.unwrap_err().to_string(),
+        "`10.0.0.1/8` has bits set below its prefix: the block is `10.0.0.0/8`"
+    );
+    // The proxy's own address, and the network written as one, are both accepted.
+    let proxy: Cidr = "10.0.0.1/32".parse().unwrap();
+    assert!(proxy.contains("10.0.0.1".parse().unwrap()));
+    assert!(!proxy.contains("10.0.0.2".parse().unwrap()));
+    let network: Cidr = "10.0.0.0/8".parse().unwrap();
+    assert!(network.contains("10.200.0.1".parse().unwrap()));
+}

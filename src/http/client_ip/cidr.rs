@@ -1,21 +1,26 @@
 //! [`Cidr`], a block of IP addresses, and [`CidrError`]; and the address arithmetic
-//! the client's key shares with it: an IPv4-mapped address as the IPv4 one it names, and
-//! masks. It uses nothing else of the crate.
+//! the client's key shares with it: an IPv4-mapped address as the IPv4 one it names. The
+//! block itself is an [`ipnet::IpNet`], the ecosystem's type for one; this file adds the
+//! errors that name what was written and the IPv4-mapped rule. It uses nothing else of
+//! the crate.
 
 use std::error::Error;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
+
+use ipnet::{IpNet, Ipv6Net};
 
 /// A block of IP addresses, written `10.0.0.0/8` or `2001:db8::/32`: the network address
 /// and how many of its leading bits (the prefix) every address in the block shares.
 ///
-/// Bits of the address below the prefix are cleared, so `192.168.1.1/24` is the block
-/// `192.168.1.0/24`, as operators often write it. A block of IPv4-mapped IPv6 addresses
-/// (`::ffff:10.0.0.0/104`, a prefix of 96 bits or more) is the IPv4 block it names
-/// (`10.0.0.0/8`). An IPv6 block holds no IPv4 address, and an IPv4 block no IPv6 address
-/// except the IPv4-mapped ones, which [`contains`](Cidr::contains) compares as the IPv4
-/// addresses they name.
+/// A block whose address has bits set below the prefix (`10.0.0.1/8`) is refused, with
+/// an error naming the block it would have been (`10.0.0.0/8`): in a list of trusted
+/// proxies a typo must not widen the trust without a word. A block of IPv4-mapped IPv6
+/// addresses (`::ffff:10.0.0.0/104`, a prefix of 96 bits or more) is the IPv4 block it
+/// names (`10.0.0.0/8`). An IPv6 block holds no IPv4 address, and an IPv4 block no IPv6
+/// address except the IPv4-mapped ones, which [`contains`](Cidr::contains) compares as
+/// the IPv4 addresses they name.
 ///
 /// ```
 /// use token_bucket::http::Cidr;
@@ -24,84 +29,89 @@ use std::str::FromStr;
 /// assert!(private.contains("10.1.2.3".parse()?));
 /// assert!(private.contains("::ffff:10.1.2.3".parse()?));
 /// assert!(!private.contains("11.0.0.1".parse()?));
-/// assert_eq!("192.168.1.1/24".parse::<Cidr>()?.to_string(), "192.168.1.0/24");
 /// assert_eq!("2001:db8::1".parse::<Cidr>()?.to_string(), "2001:db8::1/128");
+/// assert_eq!(
+///     "192.168.1.1/24".parse::<Cidr>().unwrap_err().to_string(),
+///     "`192.168.1.1/24` has bits set below its prefix: the block is `192.168.1.0/24`"
+/// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Cidr {
-    /// The address with every bit below the prefix cleared; IPv4 for a mapped block.
-    network: IpAddr,
-    prefix: u8,
+    /// The block; IPv4 for a mapped one.
+    net: IpNet,
 }
 
 impl Cidr {
-    /// The block of addresses sharing `address`'s first `prefix` bits. Bits of `address`
-    /// below the prefix are cleared; a prefix of 96 or more on an IPv4-mapped address
-    /// makes the IPv4 block it names.
+    /// The block of addresses sharing `address`'s first `prefix` bits; a prefix of 96 or
+    /// more on an IPv4-mapped address makes the IPv4 block it names.
     ///
     /// # Errors
     ///
     /// [`CidrError::PrefixTooLong`] if `prefix` is longer than the address: above 32 for
-    /// IPv4, above 128 for IPv6.
+    /// IPv4, above 128 for IPv6. [`CidrError::HostBitsSet`] if `address` has bits set
+    /// below the prefix.
     ///
     /// ```
     /// use std::net::{IpAddr, Ipv4Addr};
     /// use token_bucket::http::{Cidr, CidrError};
     ///
-    /// let address = IpAddr::V4(Ipv4Addr::new(172, 16, 5, 4));
-    /// assert_eq!(Cidr::new(address, 12)?.to_string(), "172.16.0.0/12");
+    /// let network = IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0));
+    /// assert_eq!(Cidr::new(network, 12)?.to_string(), "172.16.0.0/12");
     /// assert_eq!(
-    ///     Cidr::new(address, 33),
+    ///     Cidr::new(network, 33),
     ///     Err(CidrError::PrefixTooLong { prefix: 33, address_bits: 32 })
+    /// );
+    /// let host = IpAddr::V4(Ipv4Addr::new(172, 16, 5, 4));
+    /// assert_eq!(
+    ///     Cidr::new(host, 12),
+    ///     Err(CidrError::HostBitsSet { text: "172.16.5.4/12".into(), network: Cidr::new(network, 12)? })
     /// );
     /// # Ok::<(), CidrError>(())
     /// ```
     pub fn new(address: IpAddr, prefix: u8) -> Result<Cidr, CidrError> {
-        Cidr::with_prefix(address, u32::from(prefix))
+        Cidr::written(address, u32::from(prefix), || format!("{address}/{prefix}"))
     }
 
-    /// [`new`](Cidr::new), with the prefix as parsed from text, which may not fit a `u8`.
-    fn with_prefix(address: IpAddr, prefix: u32) -> Result<Cidr, CidrError> {
-        let address_bits = address_bits(address);
-        let prefix = match u8::try_from(prefix) {
-            Ok(prefix) if prefix <= address_bits => prefix,
-            _ => {
-                return Err(CidrError::PrefixTooLong {
-                    prefix,
-                    address_bits,
-                })
-            }
+    /// [`new`](Cidr::new), with the prefix as parsed from text, which may not fit a `u8`,
+    /// and the text the block was written as, for an error.
+    fn written(
+        address: IpAddr,
+        prefix: u32,
+        text: impl FnOnce() -> String,
+    ) -> Result<Cidr, CidrError> {
+        let too_long = CidrError::PrefixTooLong {
+            prefix,
+            address_bits: address_bits(address),
         };
-        Ok(match address {
-            IpAddr::V4(v4) => Cidr {
-                network: IpAddr::V4(mask_v4(v4, prefix)),
-                prefix,
-            },
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) if prefix >= 96 => Cidr {
-                    network: IpAddr::V4(mask_v4(v4, prefix - 96)),
-                    prefix: prefix - 96,
-                },
-                _ => Cidr {
-                    network: IpAddr::V6(mask_v6(v6, prefix)),
-                    prefix,
-                },
-            },
-        })
+        let prefix = u8::try_from(prefix).map_err(|_| too_long.clone())?;
+        let net = IpNet::new(address, prefix).map_err(|_| too_long)?;
+        let net = match net {
+            IpNet::V6(v6) => mapped(v6).unwrap_or(net),
+            IpNet::V4(_) => net,
+        };
+        let network = Cidr { net: net.trunc() };
+        if network.net == net {
+            Ok(network)
+        } else {
+            Err(CidrError::HostBitsSet {
+                text: text(),
+                network,
+            })
+        }
     }
 
-    /// The block's first address, every bit below the prefix cleared.
+    /// The block's first address.
     ///
     /// ```
     /// use token_bucket::http::Cidr;
     ///
-    /// let block: Cidr = "192.168.1.77/24".parse()?;
+    /// let block: Cidr = "192.168.1.0/24".parse()?;
     /// assert_eq!(block.network().to_string(), "192.168.1.0");
     /// # Ok::<(), token_bucket::http::CidrError>(())
     /// ```
     pub fn network(&self) -> IpAddr {
-        self.network
+        self.net.network()
     }
 
     /// How many leading bits every address in the block shares with
@@ -115,7 +125,20 @@ impl Cidr {
     /// # Ok::<(), token_bucket::http::CidrError>(())
     /// ```
     pub fn prefix(&self) -> u8 {
-        self.prefix
+        self.net.prefix_len()
+    }
+
+    /// The block as an [`ipnet::IpNet`] (IPv4 for a block of IPv4-mapped addresses).
+    ///
+    /// ```
+    /// use token_bucket::http::Cidr;
+    ///
+    /// let block: Cidr = "::ffff:10.0.0.0/104".parse()?;
+    /// assert_eq!(block.ip_net(), "10.0.0.0/8".parse::<ipnet::IpNet>()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn ip_net(&self) -> IpNet {
+        self.net
     }
 
     /// Whether `address` is in the block. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`)
@@ -131,18 +154,47 @@ impl Cidr {
     /// assert!(!block.contains("192.0.2.1".parse()?));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline]
     pub fn contains(&self, address: IpAddr) -> bool {
-        match (self.network, canonical(address)) {
-            (IpAddr::V4(network), IpAddr::V4(address)) => mask_v4(address, self.prefix) == network,
-            (IpAddr::V6(network), IpAddr::V6(address)) => mask_v6(address, self.prefix) == network,
-            _ => false,
-        }
+        self.net.contains(&canonical(address))
     }
+}
+
+impl TryFrom<IpNet> for Cidr {
+    type Error = CidrError;
+
+    /// The block `net` (IPv4 for a block of IPv4-mapped addresses).
+    ///
+    /// # Errors
+    ///
+    /// [`CidrError::HostBitsSet`] if `net`'s address has bits set below its prefix, as
+    /// an `IpNet` may.
+    ///
+    /// ```
+    /// use ipnet::IpNet;
+    /// use token_bucket::http::Cidr;
+    ///
+    /// let block = Cidr::try_from("10.0.0.0/8".parse::<IpNet>()?)?;
+    /// assert_eq!(block.to_string(), "10.0.0.0/8");
+    /// assert!(Cidr::try_from("10.0.0.1/8".parse::<IpNet>()?).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn try_from(net: IpNet) -> Result<Cidr, CidrError> {
+        Cidr::written(net.addr(), u32::from(net.prefix_len()), || net.to_string())
+    }
+}
+
+/// A block of IPv4-mapped addresses as the IPv4 block it names: a prefix of 96 bits or
+/// more on `::ffff:0:0/96`.
+fn mapped(v6: Ipv6Net) -> Option<IpNet> {
+    let v4 = v6.addr().to_ipv4_mapped()?;
+    let prefix = v6.prefix_len().checked_sub(96)?;
+    IpNet::new(IpAddr::V4(v4), prefix).ok()
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        self.net.fmt(f)
     }
 }
 
@@ -155,8 +207,9 @@ impl FromStr for Cidr {
     /// # Errors
     ///
     /// [`CidrError::NotAnAddress`] if the part before `/` is not an IP address,
-    /// [`CidrError::NotAPrefix`] if the part after it is not a decimal number, and
-    /// [`CidrError::PrefixTooLong`] if the number is longer than the address.
+    /// [`CidrError::NotAPrefix`] if the part after it is not a decimal number,
+    /// [`CidrError::PrefixTooLong`] if the number is longer than the address, and
+    /// [`CidrError::HostBitsSet`] if the address has bits set below the prefix.
     fn from_str(text: &str) -> Result<Cidr, CidrError> {
         let (address_text, prefix_text) = match text.split_once('/') {
             Some((address, prefix)) => (address, Some(prefix)),
@@ -179,7 +232,7 @@ impl FromStr for Cidr {
                 })
             }
         };
-        Cidr::with_prefix(address, prefix)
+        Cidr::written(address, prefix, || text.to_owned())
     }
 }
 
@@ -195,6 +248,10 @@ impl FromStr for Cidr {
 /// assert_eq!(
 ///     "10.0.0.0/33".parse::<Cidr>().unwrap_err().to_string(),
 ///     "prefix 33 is longer than an IPv4 address's 32 bits"
+/// );
+/// assert_eq!(
+///     "10.0.0.1/8".parse::<Cidr>().unwrap_err().to_string(),
+///     "`10.0.0.1/8` has bits set below its prefix: the block is `10.0.0.0/8`"
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +275,15 @@ pub enum CidrError {
         /// How many bits the address has: 32 for IPv4, 128 for IPv6.
         address_bits: u8,
     },
+    /// The address has bits set below the prefix, so it is a host inside the block
+    /// rather than the block's network: `10.0.0.1/8` for `10.0.0.0/8`. Refused rather
+    /// than cleared, since a list of trusted networks must say what it means.
+    HostBitsSet {
+        /// The block as it was written.
+        text: String,
+        /// The block it would have been with those bits cleared.
+        network: Cidr,
+    },
 }
 
 impl fmt::Display for CidrError {
@@ -240,6 +306,10 @@ impl fmt::Display for CidrError {
                     "prefix {prefix} is longer than an {family} address's {address_bits} bits"
                 )
             }
+            CidrError::HostBitsSet { text, network } => write!(
+                f,
+                "`{text}` has bits set below its prefix: the block is `{network}`"
+            ),
         }
     }
 }
@@ -261,12 +331,7 @@ pub(super) fn address_bits(address: IpAddr) -> u8 {
     }
 }
 
-pub(super) fn mask_v4(address: Ipv4Addr, prefix: u8) -> Ipv4Addr {
-    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-    Ipv4Addr::from(u32::from(address) & mask)
-}
-
+/// `address` with every bit below its first `prefix` cleared (`prefix` at most 128).
 pub(super) fn mask_v6(address: Ipv6Addr, prefix: u8) -> Ipv6Addr {
-    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-    Ipv6Addr::from(u128::from(address) & mask)
+    Ipv6Net::new(address, prefix).map_or(address, |net| net.network())
 }

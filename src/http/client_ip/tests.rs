@@ -611,19 +611,19 @@ fn bytes_that_are_not_ascii_are_not_an_address() {
 fn cidr_parsing() {
     let good = [
         ("10.0.0.0/8", "10.0.0.0/8"),
-        ("192.168.1.1/24", "192.168.1.0/24"),
+        ("192.168.1.0/24", "192.168.1.0/24"),
         ("0.0.0.0/0", "0.0.0.0/0"),
-        ("255.255.255.255/1", "128.0.0.0/1"),
+        ("128.0.0.0/1", "128.0.0.0/1"),
         ("203.0.113.9", "203.0.113.9/32"),
         ("203.0.113.9/032", "203.0.113.9/32"),
         ("2001:db8::/32", "2001:db8::/32"),
-        ("2001:db8:ffff::1/33", "2001:db8:8000::/33"),
+        ("2001:db8:8000::/33", "2001:db8:8000::/33"),
         ("2001:db8::1", "2001:db8::1/128"),
         ("::/0", "::/0"),
-        ("::ffff:10.1.2.3/104", "10.0.0.0/8"),
+        ("::ffff:10.0.0.0/104", "10.0.0.0/8"),
         ("::ffff:10.1.2.3", "10.1.2.3/32"),
-        ("::ffff:10.1.2.3/96", "0.0.0.0/0"),
-        ("::ffff:10.1.2.3/95", "::fffe:0:0/95"),
+        ("::ffff:0.0.0.0/96", "0.0.0.0/0"),
+        ("::fffe:0:0/95", "::fffe:0:0/95"),
     ];
     for (text, expected) in good {
         assert_eq!(
@@ -687,6 +687,32 @@ fn cidr_parsing() {
             "2001:db8::/129",
             "prefix 129 is longer than an IPv6 address's 128 bits",
         ),
+        // A host inside the block is a typo for the block or for a narrower one: say
+        // which block it would have widened to.
+        (
+            "192.168.1.1/24",
+            "`192.168.1.1/24` has bits set below its prefix: the block is `192.168.1.0/24`",
+        ),
+        (
+            "255.255.255.255/1",
+            "`255.255.255.255/1` has bits set below its prefix: the block is `128.0.0.0/1`",
+        ),
+        (
+            "2001:db8:ffff::1/33",
+            "`2001:db8:ffff::1/33` has bits set below its prefix: the block is `2001:db8:8000::/33`",
+        ),
+        (
+            "::ffff:10.1.2.3/104",
+            "`::ffff:10.1.2.3/104` has bits set below its prefix: the block is `10.0.0.0/8`",
+        ),
+        (
+            "::ffff:10.1.2.3/96",
+            "`::ffff:10.1.2.3/96` has bits set below its prefix: the block is `0.0.0.0/0`",
+        ),
+        (
+            "::ffff:10.1.2.3/95",
+            "`::ffff:10.1.2.3/95` has bits set below its prefix: the block is `::fffe:0:0/95`",
+        ),
     ];
     for (text, message) in bad {
         assert_eq!(
@@ -710,9 +736,23 @@ fn cidr_parsing() {
         })
     );
     assert_eq!(
-        Cidr::new(ip("10.9.8.7"), 16).unwrap(),
+        Cidr::new(ip("10.9.0.0"), 16).unwrap(),
         "10.9.0.0/16".parse().unwrap()
     );
+    assert_eq!(
+        Cidr::new(ip("10.9.8.7"), 16),
+        Err(CidrError::HostBitsSet {
+            text: "10.9.8.7/16".into(),
+            network: "10.9.0.0/16".parse().unwrap(),
+        })
+    );
+    let loose: ipnet::IpNet = "10.9.8.7/16".parse().unwrap();
+    assert_eq!(
+        Cidr::try_from(loose).unwrap_err().to_string(),
+        "`10.9.8.7/16` has bits set below its prefix: the block is `10.9.0.0/16`"
+    );
+    let mapped: ipnet::IpNet = "::ffff:192.0.2.0/120".parse().unwrap();
+    assert_eq!(Cidr::try_from(mapped).unwrap().to_string(), "192.0.2.0/24");
 }
 
 #[test]
