@@ -428,7 +428,7 @@ async fn the_refusal_hook_builds_the_response_and_legacy_fields_are_opt_in() {
     .legacy_headers()
     .policy_names("tenant", "all")
     .on_refusal(|refusal| {
-        let mut response = Response::new(format!("{{\"refused\":\"{refusal}\"}}"));
+        let mut response = Response::new(format!("refused: {refusal}"));
         *response.status_mut() = refusal.status();
         response.headers_mut().extend(refusal.headers().clone());
         if let RefusalKind::Limited { retry_after } = refusal.kind() {
@@ -458,10 +458,12 @@ async fn the_refusal_hook_builds_the_response_and_legacy_fields_are_opt_in() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The text names the limit by its policy name and says the wait as Retry-After.
     assert_eq!(
         response.body(),
-        "{\"refused\":\"too many requests; retry after 60s\"}"
+        r#"refused: the limit "tenant" is spent; retry after 60 seconds"#
     );
+    assert_eq!(response.headers()["retry-after"], "60");
     let mut elsewhere = Request::get("/other").body(()).unwrap();
     elsewhere
         .extensions_mut()
@@ -740,4 +742,134 @@ fn a_cidr_with_host_bits_set_is_refused_naming_the_block_it_would_have_been() {
     assert!(!proxy.contains("10.0.0.2".parse().unwrap()));
     let network: Cidr = "10.0.0.0/8".parse().unwrap();
     assert!(network.contains("10.200.0.1".parse().unwrap()));
+}
+
+/// The unit `.cost(..)` charges in goes in each policy as `qu`, so that a client reads
+/// `q` and `r` as bytes, not requests.
+#[tokio::test(start_paused = true)]
+async fn the_quota_unit_is_sent_as_qu_in_each_policy() {
+    use token_bucket::http::QuotaUnit;
+    let cost = |head: &token_bucket::http::RequestHead<'_>| {
+        let length = head.headers.get("content-length");
+        length.map_or(0, |value| value.to_str().unwrap().parse().unwrap())
+    };
+    let cases = [
+        (
+            QuotaUnit::ContentBytes,
+            r#""client";q=1000;qu="content-bytes";w=10, "global";q=5000;qu="content-bytes";w=10"#,
+        ),
+        (
+            QuotaUnit::ConcurrentRequests,
+            r#""client";q=1000;qu="concurrent-requests";w=10, "global";q=5000;qu="concurrent-requests";w=10"#,
+        ),
+        (
+            QuotaUnit::Custom("llm-tokens".into()),
+            r#""client";q=1000;qu="llm-tokens";w=10, "global";q=5000;qu="llm-tokens";w=10"#,
+        ),
+        // The draft's default goes unsaid.
+        (
+            QuotaUnit::Requests,
+            r#""client";q=1000;w=10, "global";q=5000;w=10"#,
+        ),
+    ];
+    for (unit, policy) in cases {
+        let layer = RateLimitLayer::builder(
+            ClientIp::peer(),
+            FixedWindow::new(1_000, Duration::from_secs(10)).unwrap(),
+        )
+        .global(FixedWindow::new(5_000, Duration::from_secs(10)).unwrap())
+        .cost(cost)
+        .quota_unit(unit.clone())
+        .build()
+        .unwrap();
+        let mut service = layer.layer(ok_service());
+        let request = request_from("192.0.2.1", &[("content-length", "300")]);
+        let (status, headers) = send(&mut service, request).await;
+        assert_eq!(status, StatusCode::OK, "{unit:?}");
+        assert_eq!(text(&headers, "ratelimit-policy").as_deref(), Some(policy));
+        assert_eq!(
+            text(&headers, "ratelimit").as_deref(),
+            Some(r#""client";r=700;t=10, "global";r=4700;t=10"#)
+        );
+    }
+    // Without a cost function and a unit, nothing changes.
+    let mut plain = per_client_and_global().layer(ok_service());
+    let (_, headers) = send(&mut plain, request_from("192.0.2.1", &[])).await;
+    assert_eq!(
+        text(&headers, "ratelimit-policy").as_deref(),
+        Some(r#""client";q=3;w=3, "global";q=5;w=10"#)
+    );
+}
+
+#[test]
+fn a_quota_unit_that_is_no_token_or_names_no_cost_is_refused() {
+    use token_bucket::http::QuotaUnit;
+    let bucket = || TokenBucket::new(Rate::per_second(1), 3).unwrap();
+    for unit in ["", "9lives", "llm tokens", "bytes\"", "é"] {
+        let error = RateLimitLayer::builder(ClientIp::peer(), bucket())
+            .cost(|_| 1)
+            .quota_unit(QuotaUnit::Custom(unit.into()))
+            .build()
+            .unwrap_err();
+        assert_eq!(error, BuildError::InvalidQuotaUnit { unit: unit.into() });
+        assert!(error.to_string().contains(&format!("{unit:?}")), "{error}");
+    }
+    let error = RateLimitLayer::builder(ClientIp::peer(), bucket())
+        .quota_unit(QuotaUnit::ContentBytes)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::QuotaUnitWithoutCost {
+            unit: "content-bytes".into()
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "the quota unit \"content-bytes\" needs a cost function: without one each request \
+         counts one, so the quotas are in requests"
+    );
+    // Tokens of the user's own pass: `*`, digits after the first, `:` and `/`.
+    for unit in ["*", "tokens/v2", "a:b", "x-1"] {
+        let built = RateLimitLayer::builder(ClientIp::peer(), bucket())
+            .cost(|_| 1)
+            .quota_unit(QuotaUnit::Custom(unit.into()))
+            .build();
+        assert!(built.is_ok(), "{unit}");
+    }
+}
+
+/// With the fields off, a decided response carries none of them, and a refusal still
+/// carries Retry-After; the legacy fields come only when asked for.
+#[tokio::test(start_paused = true)]
+async fn the_fields_switched_off_leave_only_retry_after() {
+    let layer = |legacy: bool| {
+        let builder = RateLimitLayer::builder(
+            ClientIp::peer(),
+            TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+        )
+        .rate_limit_fields(false);
+        let builder = if legacy {
+            builder.legacy_headers()
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let mut service = layer(false).layer(ok_service());
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!((status, headers.len()), (StatusCode::OK, 0));
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(text(&headers, "retry-after").as_deref(), Some("1"));
+    assert_eq!(headers.len(), 1, "{headers:?}");
+
+    let mut legacy = layer(true).layer(ok_service());
+    let (_, headers) = send(&mut legacy, request_from("192.0.2.1", &[])).await;
+    assert_eq!(headers.get("ratelimit"), None);
+    assert_eq!(
+        text(&headers, "x-ratelimit-remaining").as_deref(),
+        Some("0")
+    );
+    assert_eq!(text(&headers, "x-ratelimit-limit").as_deref(), Some("1"));
 }

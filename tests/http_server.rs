@@ -1,7 +1,7 @@
 //! The HTTP layer in a real axum server on loopback, driven by a real HTTP client:
 //! per-client and global limits, forged `X-Forwarded-For` ignored, an IPv6 /64 as one
-//! client, a flood of 100,000 fresh clients held within the memory bound, and a gRPC
-//! call refused with `grpc-status: 8`.
+//! client, a flood of 100,000 fresh clients held within the memory bound, a gRPC call
+//! refused with `grpc-status: 8`, and the builder's options (`http_server/options.rs`).
 //!
 //! Real sockets need real time, so the limits here are per hour: nothing comes back while
 //! a test runs, and `Retry-After` is checked against a range a slow machine stays in.
@@ -17,6 +17,10 @@ mod layer;
 // Drops while waiting, and durations of "never".
 #[path = "http_server/edges.rs"]
 mod edges;
+
+// JSON refusals, routes left out, and the fields switched off.
+#[path = "http_server/options.rs"]
+mod options;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::Ipv4Addr;

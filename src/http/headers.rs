@@ -8,10 +8,12 @@
 //! (`t`), read in the decision itself.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
+use crate::observe::http::RefusedBy;
 use crate::quota::{Policy, Quota};
 
 /// `RateLimit-Policy`: each limit's name, quota and window.
@@ -39,7 +41,12 @@ const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 /// rounded up, and at least 1, since a refusal told to come back at once would be refused
 /// again by the same line.
 pub(crate) fn retry_after_value(retry_after: Duration) -> HeaderValue {
-    HeaderValue::from(seconds_rounded_up(retry_after).max(1))
+    HeaderValue::from(retry_after_seconds(retry_after))
+}
+
+/// The seconds `Retry-After` says for `retry_after`, which a refusal's text says too.
+pub(crate) fn retry_after_seconds(retry_after: Duration) -> u64 {
+    seconds_rounded_up(retry_after).max(1)
 }
 
 /// Whether `name` can stand as a policy's name: a Structured Field string holds visible
@@ -78,23 +85,86 @@ fn push_decimal(out: &mut Vec<u8>, mut number: u64) {
     out.extend_from_slice(&digits[start..]);
 }
 
+/// The unit a layer's quotas are counted in: the `qu` parameter of `RateLimit-Policy`
+/// (draft-11, section 3.1.2), set with
+/// [`quota_unit`](super::RateLimitBuilder::quota_unit) beside a
+/// [`cost`](super::RateLimitBuilder::cost) function.
+///
+/// ```
+/// use token_bucket::http::QuotaUnit;
+///
+/// assert_eq!(QuotaUnit::ContentBytes.as_str(), "content-bytes");
+/// assert_eq!(QuotaUnit::Custom("llm-tokens".into()).as_str(), "llm-tokens");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaUnit {
+    /// `requests`: each request counts one, the draft's default, so never sent.
+    Requests,
+    /// `content-bytes`: the bytes of the request's content.
+    ContentBytes,
+    /// `concurrent-requests`: requests under way at once.
+    ConcurrentRequests,
+    /// A unit of your own, such as `llm-tokens`: a Structured Field token (RFC 9651,
+    /// 3.3.4), a letter or `*` and then letters, digits and ``!#$%&'*+-.^_`|~:/``.
+    Custom(String),
+}
+
+impl QuotaUnit {
+    /// The unit as `qu` says it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+            QuotaUnit::Custom(unit) => unit,
+        }
+    }
+
+    /// Whether the unit is a Structured Field token, as the draft's registered units are.
+    pub(crate) fn is_valid(&self) -> bool {
+        let mut bytes = self.as_str().bytes();
+        let first_ok = bytes
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == b'*');
+        first_ok
+            && bytes
+                .all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&byte))
+    }
+}
+
+/// Which header fields a layer sends with each decided response.
+#[derive(Debug, Clone)]
+pub(crate) struct FieldSettings {
+    /// `RateLimit-Policy` and `RateLimit` (on by default).
+    pub(crate) standard: bool,
+    /// The legacy `X-RateLimit-*` (off by default).
+    pub(crate) legacy: bool,
+    /// The `qu` of every policy, when its requests cost other than one each.
+    pub(crate) unit: Option<QuotaUnit>,
+}
+
 /// What every response of one layer says the same way, made once.
 #[derive(Debug, Clone)]
 pub(crate) struct Fields {
     /// Each limit's name quoted, in the order of the decision's quotas (per key, then
     /// global), as the `RateLimit` field writes it.
     names: Vec<String>,
+    /// Each limit's name as given, for a refusal to say which one refused.
+    policy_names: Vec<Arc<str>>,
     /// The limits, for the legacy `X-RateLimit-Limit`.
     limits: Vec<u64>,
     /// `RateLimit-Policy`, or `None` when no limit reports a policy.
     policy: Option<HeaderValue>,
+    standard: bool,
     legacy: bool,
 }
 
 impl Fields {
-    /// The fields of `policies` (`None` for a limit that reports no policy); the legacy
-    /// fields too when `legacy`. Names were checked with [`is_valid_policy_name`].
-    pub(crate) fn new(policies: &[(String, Option<Policy>)], legacy: bool) -> Fields {
+    /// The fields of `policies` (`None` for a limit that reports no policy), as
+    /// `settings` says. Names were checked with [`is_valid_policy_name`], the unit with
+    /// [`QuotaUnit::is_valid`].
+    pub(crate) fn new(policies: &[(String, Option<Policy>)], settings: &FieldSettings) -> Fields {
         let mut value = String::new();
         for (name, policy) in policies {
             let Some(policy) = policy else { continue };
@@ -105,29 +175,58 @@ impl Fields {
             // `w` is whole seconds, at least 1: a window under a second is said as 1.
             let window = seconds_rounded_up(policy.window).clamp(1, SF_INTEGER_MAX);
             let quota = policy.limit.min(SF_INTEGER_MAX);
-            let _ = write!(value, ";q={quota};w={window}");
+            let _ = write!(value, ";q={quota}");
+            // The draft's default unit goes unsaid.
+            if let Some(unit) =
+                (settings.unit.as_ref()).filter(|unit| **unit != QuotaUnit::Requests)
+            {
+                let _ = write!(value, ";qu={}", quoted(unit.as_str()));
+            }
+            let _ = write!(value, ";w={window}");
         }
         Fields {
             names: policies.iter().map(|(name, _)| quoted(name)).collect(),
+            policy_names: policies
+                .iter()
+                .map(|(name, _)| Arc::from(&**name))
+                .collect(),
             limits: (policies.iter())
                 .map(|(_, policy)| policy.map_or(0, |policy| policy.limit))
                 .collect(),
             policy: HeaderValue::from_str(&value)
                 .ok()
                 .filter(|_| !value.is_empty()),
-            legacy,
+            standard: settings.standard,
+            legacy: settings.legacy,
         }
+    }
+
+    /// The name of the limit that `by` says refused, when a limit did.
+    pub(crate) fn policy_name(&self, by: RefusedBy) -> Option<Arc<str>> {
+        let index = match by {
+            RefusedBy::Key => 0,
+            RefusedBy::Global => 1,
+            _ => return None,
+        };
+        self.policy_names.get(index).cloned()
+    }
+
+    /// Whether any field is sent: when none is, a decision's quotas need not be kept.
+    pub(crate) fn any(&self) -> bool {
+        self.standard || self.legacy
     }
 
     /// Adds the fields of a decision whose quotas, per limit in order, are `quotas`.
     pub(crate) fn insert(&self, headers: &mut HeaderMap, quotas: &[Option<Quota>]) {
+        if !self.standard {
+            self.insert_legacy(headers, quotas);
+            return;
+        }
         if let Some(policy) = &self.policy {
             headers.insert(RATELIMIT_POLICY, policy.clone());
         }
         let mut value = Vec::with_capacity(96);
-        // The legacy fields speak of one limit: the one with the least remaining.
-        let mut binding: Option<(usize, Quota)> = None;
-        for (index, (name, quota)) in self.names.iter().zip(quotas).enumerate() {
+        for (name, quota) in self.names.iter().zip(quotas) {
             let Some(quota) = quota else { continue };
             if !value.is_empty() {
                 value.extend_from_slice(b", ");
@@ -138,16 +237,25 @@ impl Fields {
             value.extend_from_slice(b";t=");
             let whole_after = seconds_rounded_up(quota.full_after);
             push_decimal(&mut value, whole_after.min(SF_INTEGER_MAX));
-            if binding.map_or(true, |(_, least)| quota.remaining < least.remaining) {
-                binding = Some((index, *quota));
-            }
         }
         if !value.is_empty() {
             if let Ok(value) = HeaderValue::from_bytes(&value) {
                 headers.insert(RATELIMIT, value);
             }
         }
-        if let (true, Some((index, quota))) = (self.legacy, binding) {
+        self.insert_legacy(headers, quotas);
+    }
+
+    /// Adds the legacy fields, when the layer sends them: they speak of one limit, the
+    /// one with the least remaining.
+    fn insert_legacy(&self, headers: &mut HeaderMap, quotas: &[Option<Quota>]) {
+        if !self.legacy {
+            return;
+        }
+        let binding = (quotas.iter().enumerate())
+            .filter_map(|(index, quota)| Some((index, (*quota)?)))
+            .min_by_key(|(_, quota)| quota.remaining);
+        if let Some((index, quota)) = binding {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(self.limits[index]));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(quota.remaining));
             headers.insert(
@@ -166,6 +274,14 @@ pub(crate) fn insert_retry_after(headers: &mut HeaderMap, retry_after: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(legacy: bool) -> FieldSettings {
+        FieldSettings {
+            standard: true,
+            legacy,
+            unit: None,
+        }
+    }
 
     fn policy(limit: u64, window: Duration) -> Option<Policy> {
         Some(Policy { limit, window })
@@ -205,7 +321,7 @@ mod tests {
                 ("client".into(), policy(10, Duration::from_secs(10))),
                 ("global".into(), policy(100, Duration::from_millis(100))),
             ],
-            false,
+            &settings(false),
         );
         let mut headers = HeaderMap::new();
         let quotas = [
@@ -237,7 +353,7 @@ mod tests {
                 ("a".into(), policy(10, Duration::from_secs(10))),
                 ("b".into(), policy(100, Duration::from_secs(1))),
             ],
-            true,
+            &settings(true),
         );
         let mut headers = HeaderMap::new();
         let quotas = [
@@ -266,7 +382,7 @@ mod tests {
                 (r#"say "hi"\"#.into(), policy(1, Duration::from_secs(2))),
                 ("mine".into(), None),
             ],
-            false,
+            &settings(false),
         );
         let mut headers = HeaderMap::new();
         fields.insert(&mut headers, &[None, None]);

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::client_ip::Cidr;
-use super::headers::{is_valid_policy_name, Fields};
+use super::headers::{is_valid_policy_name, FieldSettings, Fields, QuotaUnit};
 use super::key::{KeyExtractor, RequestHead};
 use super::limits::{private::Decide, Limits, Local};
-use super::response::{DefaultRefusal, Refusal, RefusalFn};
+use super::response::{DefaultRefusal, ProblemJson, Refusal, RefusalFn};
 use super::service::RateLimit;
 use super::shared::{Handling, MissingKey, Mode, Settle, Shared};
 use crate::bucket::TokenBucket;
@@ -43,6 +43,19 @@ pub enum BuildError {
         /// The name given.
         name: String,
     },
+    /// A [quota unit](RateLimitBuilder::quota_unit) that is not a Structured Field
+    /// token: a letter or `*`, then letters, digits and ``!#$%&'*+-.^_`|~:/``.
+    InvalidQuotaUnit {
+        /// The unit given.
+        unit: String,
+    },
+    /// A [quota unit](RateLimitBuilder::quota_unit) without a
+    /// [cost](RateLimitBuilder::cost) function: each request then counts one, so its
+    /// quotas are in requests whatever the unit says.
+    QuotaUnitWithoutCost {
+        /// The unit given.
+        unit: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -53,6 +66,16 @@ impl fmt::Display for BuildError {
                 f,
                 "the policy name {name:?} cannot stand in a header field: use non-empty \
                  visible ASCII and spaces"
+            ),
+            BuildError::InvalidQuotaUnit { unit } => write!(
+                f,
+                "the quota unit {unit:?} is not a Structured Field token: start with a \
+                 letter or `*`, then use letters, digits and !#$%&'*+-.^_`|~:/"
+            ),
+            BuildError::QuotaUnitWithoutCost { unit } => write!(
+                f,
+                "the quota unit {unit:?} needs a cost function: without one each request \
+                 counts one, so the quotas are in requests"
             ),
         }
     }
@@ -213,7 +236,7 @@ pub(crate) struct Settings<K, H> {
     /// The name the layer reports under, if any.
     name: Option<String>,
     names: [String; 2],
-    legacy: bool,
+    fields: FieldSettings,
     handling: Handling<K>,
     respond: H,
 }
@@ -224,9 +247,14 @@ impl<K> Settings<K, DefaultRefusal> {
         Settings {
             name: None,
             names: DEFAULT_NAMES.map(String::from),
-            legacy: false,
+            fields: FieldSettings {
+                standard: true,
+                legacy: false,
+                unit: None,
+            },
             handling: Handling {
                 mode: Mode::Refuse,
+                skip: None,
                 missing: MissingKey::Refuse,
                 allow_keys: HashSet::new(),
                 allow_cidrs: Vec::new(),
@@ -244,7 +272,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
         Settings {
             name: self.name,
             names: self.names,
-            legacy: self.legacy,
+            fields: self.fields,
             handling: self.handling,
             respond,
         }
@@ -254,7 +282,9 @@ impl<K: Hash + Eq, H> Settings<K, H> {
     ///
     /// # Errors
     ///
-    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry;
+    /// [`BuildError::InvalidQuotaUnit`] and [`BuildError::QuotaUnitWithoutCost`] for a
+    /// quota unit that cannot stand or has no cost to name.
     pub(crate) fn into_layer<X, B>(
         self,
         key: X,
@@ -267,6 +297,15 @@ impl<K: Hash + Eq, H> Settings<K, H> {
         if let Some(name) = self.names.iter().find(|name| !is_valid_policy_name(name)) {
             return Err(BuildError::InvalidPolicyName { name: name.clone() });
         }
+        if let Some(unit) = &self.fields.unit {
+            let unit_text = || unit.as_str().to_owned();
+            if !unit.is_valid() {
+                return Err(BuildError::InvalidQuotaUnit { unit: unit_text() });
+            }
+            if self.handling.cost.is_none() {
+                return Err(BuildError::QuotaUnitWithoutCost { unit: unit_text() });
+            }
+        }
         let named: Vec<_> = self.names.into_iter().zip(limits.policies()).collect();
         // Registered now, once: a request then only increments what is registered.
         let observer = match &self.name {
@@ -276,7 +315,7 @@ impl<K: Hash + Eq, H> Settings<K, H> {
         Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 key,
-                fields: Fields::new(&named, self.legacy),
+                fields: Fields::new(&named, &self.fields),
                 limits,
                 handling: self.handling,
                 respond: self.respond,
@@ -408,7 +447,64 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     /// Sends the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` fields too, for the limit with the least remaining.
     pub fn legacy_headers(mut self) -> RateLimitBuilder<X, P, H> {
-        self.settings.legacy = true;
+        self.settings.fields.legacy = true;
+        self
+    }
+
+    /// Whether decided responses carry the IETF `RateLimit-Policy` and `RateLimit`
+    /// fields: `true` by default, as the draft intends, so that clients can pace
+    /// themselves. With `false` they carry none (the legacy fields only if
+    /// [`legacy_headers`](RateLimitBuilder::legacy_headers) asks for them), and a
+    /// refusal still carries `Retry-After`. Turn them off when nobody reads them, or
+    /// when a gateway in front sends its own (Envoy's local rate limit ships them off).
+    ///
+    /// ```
+    /// use token_bucket::http::{ClientIp, RateLimitLayer};
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let quiet = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+    ///     .rate_limit_fields(false)
+    ///     .build()?;
+    /// # let _ = quiet;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rate_limit_fields(mut self, on: bool) -> RateLimitBuilder<X, P, H> {
+        self.settings.fields.standard = on;
+        self
+    }
+
+    /// The unit the [`cost`](RateLimitBuilder::cost) function charges in, sent as the
+    /// `qu` parameter of each `RateLimit-Policy` item (draft-11, section 3.1.2), so that
+    /// a client reads `q` and `r` as bytes or tokens and not as requests.
+    /// [`QuotaUnit::Requests`], the draft's default, is not sent.
+    ///
+    /// # Errors
+    ///
+    /// At [`build`](RateLimitBuilder::build): [`BuildError::InvalidQuotaUnit`] for a
+    /// [`QuotaUnit::Custom`] that is not a Structured Field token, and
+    /// [`BuildError::QuotaUnitWithoutCost`] when no cost function is set.
+    ///
+    /// ```
+    /// use token_bucket::http::{ClientIp, QuotaUnit, RateLimitLayer};
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Each client 1 MB a second of uploads, in bursts of 4 MB.
+    /// let uploads = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(1 << 20), 4 << 20)?)
+    ///     .cost(|head| {
+    ///         let length = head.headers.get(http::header::CONTENT_LENGTH);
+    ///         length.and_then(|value| value.to_str().ok()?.parse().ok()).unwrap_or(1)
+    ///     })
+    ///     .quota_unit(QuotaUnit::ContentBytes)
+    ///     .build()?;
+    /// # let _ = uploads;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> RateLimitBuilder<X, P, H> {
+        self.settings.fields.unit = Some(unit);
         self
     }
 
@@ -439,6 +535,42 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     /// the [`KeyError`](super::KeyError)'s status.
     pub fn on_missing_key(mut self, missing: MissingKey<X::Key>) -> RateLimitBuilder<X, P, H> {
         self.settings.handling.missing = missing;
+        self
+    }
+
+    /// Lets the requests `skip` picks through untouched, by anything in their head
+    /// (path, method, headers): not counted, no header fields, no key looked for. For
+    /// routes no client should be limited on, such as `/health` or `/metrics`; called
+    /// again, a request is left out when any of the predicates picks it.
+    ///
+    /// With axum, the order of layers is the other way to leave routes out: a layer
+    /// added with `.layer(..)` covers only the routes added before it, and
+    /// `.route_layer(..)` only the routes of its router (see `docs/http.md`).
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use token_bucket::http::{ClientIp, RateLimitLayer};
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limit = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+    ///     .skip_if(|head| matches!(head.uri.path(), "/health" | "/metrics"))
+    ///     .build()?;
+    /// let _app: Router = Router::new()
+    ///     .route("/", get(|| async { "hello" }))
+    ///     .route("/health", get(|| async { "ok" }))
+    ///     .layer(limit);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn skip_if(
+        mut self,
+        skip: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> RateLimitBuilder<X, P, H> {
+        self.settings.handling.skip = Some(match self.settings.handling.skip.take() {
+            None => Arc::new(skip),
+            Some(earlier) => Arc::new(move |head: &RequestHead<'_>| earlier(head) || skip(head)),
+        });
         self
     }
 
@@ -474,22 +606,53 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
         self
     }
 
-    /// Answers refused requests with `respond`'s response instead of
-    /// [`Refusal::into_response`].
+    /// Answers refused requests as problem details in JSON (RFC 9457), with
+    /// `content-type: application/problem+json`: the RateLimit draft's problem type, the
+    /// status, a `detail` whose wait agrees with `Retry-After`, and which limit refused
+    /// (see [`Refusal::problem_json`]). gRPC calls are still answered with a gRPC status.
     ///
     /// ```
-    /// use std::net::SocketAddr;
+    /// use axum::{routing::get, Router};
+    /// use token_bucket::http::{ClientIp, RateLimitLayer};
+    /// use token_bucket::{Rate, TokenBucket};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limit = RateLimitLayer::builder(ClientIp::peer(), TokenBucket::new(Rate::per_second(5), 10)?)
+    ///     .problem_json()
+    ///     .build()?;
+    /// let _app: Router = Router::new().route("/", get(|| async { "{}" })).layer(limit);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn problem_json(self) -> RateLimitBuilder<X, P, ProblemJson> {
+        RateLimitBuilder {
+            key: self.key,
+            limits: self.limits,
+            settings: self.settings.responding(ProblemJson),
+        }
+    }
+
+    /// Answers refused requests with `respond`'s response instead of
+    /// [`Refusal::into_response`]. For JSON, [`problem_json`](RateLimitBuilder::problem_json)
+    /// is built in; a body of your own keeps the refusal's status and header fields and
+    /// says its own content type. The refusal's text says the wait as `Retry-After` does.
+    ///
+    /// ```
     /// use axum::{body::Body, response::Response, routing::get, Router};
+    /// use http::header::{HeaderValue, CONTENT_TYPE};
     /// use token_bucket::http::{ClientIp, RateLimitLayer, Refusal};
-    /// use token_bucket::{FixedWindow};
+    /// use token_bucket::FixedWindow;
     /// use std::time::Duration;
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limit = RateLimitLayer::builder(ClientIp::peer(), FixedWindow::new(100, Duration::from_secs(60))?)
     ///     .on_refusal(|refusal: Refusal| {
-    ///         let mut response = Response::new(Body::from(format!("{{\"error\":\"{refusal}\"}}")));
+    ///         // "Slow down: the limit "client" is spent; retry after 37 seconds"
+    ///         let mut response = Response::new(Body::from(format!("Slow down: {refusal}\n")));
     ///         *response.status_mut() = refusal.status();
-    ///         response.headers_mut().extend(refusal.headers().clone());
+    ///         *response.headers_mut() = refusal.headers().clone();
+    ///         let text = HeaderValue::from_static("text/plain; charset=utf-8");
+    ///         response.headers_mut().insert(CONTENT_TYPE, text);
     ///         response
     ///     })
     ///     .build()?;
@@ -556,7 +719,9 @@ where
     /// # Errors
     ///
     /// [`BuildError::Config`] with [`ConfigError::ZeroMaxKeys`] for a `max_keys` of zero;
-    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry;
+    /// [`BuildError::InvalidQuotaUnit`] and [`BuildError::QuotaUnitWithoutCost`] for a
+    /// quota unit that cannot stand or has no cost to name.
     pub fn build(self) -> Result<LocalLayer<X, L, G, H>, BuildError> {
         self.into_layer(|limits| {
             let keyed = Keyed::builder(limits.per_key)

@@ -49,9 +49,15 @@
 //!   gives back what they did not use.
 //! - **Decisions**: refuse at once (the default); [`wait_up_to`](RateLimitBuilder::wait_up_to)
 //!   a bound, first in, first out; or [`shadow`](RateLimitBuilder::shadow): decide and
-//!   count, refuse nothing. Allow-listed keys and networks pass untouched.
-//! - **Responses**: see [`Refusal`]; `RateLimit-Policy` and `RateLimit` on every decided
-//!   response, `X-RateLimit-*` on request; gRPC calls get `grpc-status: 8`.
+//!   count, refuse nothing. Allow-listed keys and networks pass untouched, and so do
+//!   the requests a [`skip_if`](RateLimitBuilder::skip_if) predicate leaves out
+//!   (`/health`, `/metrics`).
+//! - **Responses**: see [`Refusal`]; an empty body by default, problem details in JSON
+//!   with [`problem_json`](RateLimitBuilder::problem_json). `RateLimit-Policy` and
+//!   `RateLimit` on every decided response unless
+//!   [`rate_limit_fields(false)`](RateLimitBuilder::rate_limit_fields), with the
+//!   [`quota_unit`](RateLimitBuilder::quota_unit) of a cost as `qu`; `X-RateLimit-*` on
+//!   request; gRPC calls get `grpc-status: 8`.
 //!
 //! `docs/http.md` explains keys, trusted proxies, the header fields and the modes.
 
@@ -69,6 +75,7 @@ mod shared;
 pub use client_ip::{
     Cidr, CidrError, ClientIp, ClientIpError, ClientKey, ForwardedHeader, TrustedProxies,
 };
+pub use headers::QuotaUnit;
 pub use key::{
     key_fn, ClientIpFrom, GlobalKey, HeaderKey, KeyError, KeyExtractor, KeyFn, RequestHead,
 };
@@ -78,6 +85,6 @@ pub use layer::{
 pub use limits::{Limits, Local};
 #[cfg(feature = "redis")]
 pub use redis::RedisLimits;
-pub use response::{DefaultRefusal, Refusal, RefusalFn, RefusalKind, RespondRefusal};
+pub use response::{DefaultRefusal, ProblemJson, Refusal, RefusalFn, RefusalKind, RespondRefusal};
 pub use service::{RateLimit, ResponseFuture};
 pub use shared::{ActualCost, MissingKey, Settle};

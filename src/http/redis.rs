@@ -189,7 +189,9 @@ where
     ///
     /// # Errors
     ///
-    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry.
+    /// [`BuildError::InvalidPolicyName`] for a name a header field cannot carry;
+    /// [`BuildError::InvalidQuotaUnit`] and [`BuildError::QuotaUnitWithoutCost`] for a
+    /// quota unit that cannot stand or has no cost to name.
     pub fn build(self) -> Result<RateLimitLayer<X, RedisLimits<A, C>, H>, BuildError> {
         self.into_layer(Ok)
     }

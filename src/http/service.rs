@@ -94,6 +94,9 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let head = RequestHead::of(&request);
+        if (shared.handling.skip.as_ref()).is_some_and(|skip| skip(&head)) {
+            return self.pass(request);
+        }
         let grpc = grpc_content_type(head.headers);
         let allowed_network = !shared.handling.allow_cidrs.is_empty()
             && (shared.key.client_ip(&head)).is_some_and(|ip| {
@@ -122,7 +125,8 @@ where
                     let client_ip = || shared.key.client_ip(&head);
                     let missing = RefusedBy::MissingKey;
                     (shared.observer).refused(Answer::Refused, missing, None, client_ip);
-                    let state = refused(shared, RefusalKind::NoKey(error), HeaderMap::new(), grpc);
+                    let kind = RefusalKind::NoKey(error);
+                    let state = refused(shared, kind, missing, HeaderMap::new(), grpc);
                     return ResponseFuture {
                         state,
                         shared: Arc::clone(&self.shared),
@@ -203,6 +207,7 @@ impl<S, X: KeyExtractor, B, H> RateLimit<S, X, B, H> {
 fn refused<S, X, B, H, ReqBody, ResBody>(
     shared: &Shared<X, B, H>,
     kind: RefusalKind,
+    by: RefusedBy,
     headers: HeaderMap,
     grpc: Option<HeaderValue>,
 ) -> State<S, X::Key, ReqBody, ResBody>
@@ -211,7 +216,8 @@ where
     X: KeyExtractor,
     H: RespondRefusal<ResBody>,
 {
-    let response = shared.respond.respond(Refusal::new(kind, headers, grpc));
+    let policy = shared.fields.policy_name(by);
+    let response = (shared.respond).respond(Refusal::new(kind, by, policy, headers, grpc));
     State::Refused {
         response: Some(response),
     }
@@ -253,7 +259,7 @@ where
             if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
                 shared.fields.insert(&mut headers, &verdict.quotas);
             }
-            return refused(shared, kind, headers, grpc);
+            return refused(shared, kind, by, headers, grpc);
         }
     };
     // Only a request that took its permits has anything to settle.
@@ -268,7 +274,8 @@ where
     State::Calling {
         future: inner.call(request),
         admitted: Admitted {
-            quotas: Some(verdict.quotas),
+            // A layer that sends no fields has no use for them.
+            quotas: shared.fields.any().then_some(verdict.quotas),
             settle,
         },
     }

@@ -17,6 +17,9 @@ use crate::observe::http::HttpObserver;
 /// A cost function: the permits a request is charged up front.
 type CostFn = Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>;
 
+/// A predicate picking the requests a layer lets through untouched.
+pub(crate) type SkipFn = Arc<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
+
 /// What a layer does with a request its limits refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -73,6 +76,8 @@ pub(crate) struct Shared<X: KeyExtractor, B, H> {
 /// How each request is handled around its decision; kept as it is by the layer.
 pub(crate) struct Handling<K> {
     pub(crate) mode: Mode,
+    /// Requests left out: passed on untouched, before their key is looked for.
+    pub(crate) skip: Option<SkipFn>,
     pub(crate) missing: MissingKey<K>,
     pub(crate) allow_keys: HashSet<K>,
     pub(crate) allow_cidrs: Vec<Cidr>,

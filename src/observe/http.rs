@@ -100,8 +100,8 @@ impl RefusedBy {
         RefusedBy::Unavailable,
     ];
 
-    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
-    fn label(self) -> &'static str {
+    /// The label's value, which a refusal's problem details say too.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             RefusedBy::Key => "key",
             RefusedBy::Global => "global",

@@ -51,6 +51,25 @@ pub async fn get_from(
     (response.status(), response.headers().clone())
 }
 
+/// Sends a GET for `path` to `address` and returns the answer's status, headers and
+/// body.
+pub async fn get_path(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    address: SocketAddr,
+    path: &str,
+) -> (StatusCode, HeaderMap, String) {
+    use http_body_util::BodyExt;
+    let request = Request::get(format!("http://{address}{path}"));
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(bytes.to_vec()).unwrap();
+    (parts.status, parts.headers, body)
+}
+
 pub fn local(last_octet: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last_octet))
 }
