@@ -202,12 +202,17 @@ impl ClientIp {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// Under tonic (`Server::builder().layer(..)`), with tonic's own type:
+    /// Under tonic (`Server::builder().layer(..)`), with tonic's own type (see
+    /// `docs/http.md`, "gRPC with tonic"):
     ///
-    /// ```text
-    /// ClientIp::peer().peer_from(|extensions: &http::Extensions| {
-    ///     extensions.get::<tonic::transport::server::TcpConnectInfo>()?.remote_addr().map(|a| a.ip())
-    /// })
+    /// ```
+    /// use tonic::transport::server::TcpConnectInfo;
+    /// use token_bucket::http::ClientIp;
+    ///
+    /// let key = ClientIp::peer().peer_from(|extensions: &http::Extensions| {
+    ///     Some(extensions.get::<TcpConnectInfo>()?.remote_addr()?.ip())
+    /// });
+    /// # let _ = key;
     /// ```
     pub fn peer_from<F>(self, find: F) -> ClientIpFrom<F>
     where
