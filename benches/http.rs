@@ -1,4 +1,4 @@
-//! The HTTP layer beside tower_governor 0.8 (issue 22, item 6): nanoseconds per request
+//! The HTTP layer beside tower_governor 0.8 (issues 22 and 33): nanoseconds per request
 //! through each layer, called in process around a trivial service, one request per
 //! iteration.
 //!
@@ -34,6 +34,11 @@
 //!   together. It sends the `RateLimit-Policy` and `RateLimit` fields on every response,
 //!   as it ships.
 //! - `ours-per-key`: the same without the global bucket.
+//! - `ours-off`, `ours-per-key-off`: the same two with `rate_limit_fields(false)`: no
+//!   `RateLimit` fields, `Retry-After` on refusals alone.
+//!
+//! Like is compared with like: `ours` (fields on) beside `governor-headers`, and
+//! `ours-off` and `ours-per-key-off` beside `governor` as it ships.
 //! - `governor`: tower_governor's `GovernorLayer` with its default
 //!   `PeerIpKeyExtractor` and no headers on admitted responses, as it ships.
 //! - `governor-headers`: the same with `use_headers()` (`x-ratelimit-limit` and
@@ -86,7 +91,7 @@ mod figures;
 mod http_layers;
 
 use figures::{criterion_home, ns, ratio, row};
-use http_layers::{Quota, HOURLY_100K, ONE_AN_HOUR, UNLIMITED};
+use http_layers::{Fields, Quota, HOURLY_100K, ONE_AN_HOUR, UNLIMITED};
 
 const GROUP: &str = "http_layer";
 
@@ -102,12 +107,22 @@ const STRIDE: u64 = 7_919;
 
 const OURS: &str = "ours";
 const OURS_PER_KEY: &str = "ours-per-key";
+const OURS_OFF: &str = "ours-off";
+const OURS_PER_KEY_OFF: &str = "ours-per-key-off";
 const GOVERNOR: &str = "governor";
 const GOVERNOR_HEADERS: &str = "governor-headers";
 const SERVICE: &str = "service";
 
 const ROWS: [&str; 4] = ["admitted", "refused", "hot_key", "1M_keys"];
-const COLUMNS: [&str; 5] = [OURS, OURS_PER_KEY, GOVERNOR, GOVERNOR_HEADERS, SERVICE];
+const COLUMNS: [&str; 7] = [
+    OURS,
+    GOVERNOR_HEADERS,
+    OURS_OFF,
+    OURS_PER_KEY_OFF,
+    GOVERNOR,
+    OURS_PER_KEY,
+    SERVICE,
+];
 
 /// The service behind every layer: an empty 200 at once.
 type Trivial = tower::util::ServiceFn<
@@ -122,14 +137,28 @@ fn trivial() -> Trivial {
 fn ours(
     quota: Quota,
 ) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> {
-    http_layers::ours(quota, true).layer(trivial())
+    http_layers::ours(quota, true, Fields::On).layer(trivial())
 }
 
 /// Ours, per key only.
 fn ours_per_key(
     quota: Quota,
 ) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> {
-    http_layers::ours(quota, false).layer(trivial())
+    http_layers::ours(quota, false, Fields::On).layer(trivial())
+}
+
+/// Ours, per key and global, with the `RateLimit` fields off.
+fn ours_off(
+    quota: Quota,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> {
+    http_layers::ours(quota, true, Fields::Off).layer(trivial())
+}
+
+/// Ours, per key only, with the `RateLimit` fields off.
+fn ours_per_key_off(
+    quota: Quota,
+) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> {
+    http_layers::ours(quota, false, Fields::Off).layer(trivial())
 }
 
 /// tower_governor per peer IP, as it ships: no headers on admitted responses.
@@ -321,9 +350,11 @@ where
 fn layers(c: &mut Criterion) {
     for case in &CASES {
         bench(c, case, OURS, ours);
-        bench(c, case, OURS_PER_KEY, ours_per_key);
-        bench(c, case, GOVERNOR, governor);
         bench(c, case, GOVERNOR_HEADERS, governor_headers);
+        bench(c, case, OURS_OFF, ours_off);
+        bench(c, case, OURS_PER_KEY_OFF, ours_per_key_off);
+        bench(c, case, GOVERNOR, governor);
+        bench(c, case, OURS_PER_KEY, ours_per_key);
         bench(c, case, SERVICE, service);
     }
 }
@@ -335,28 +366,32 @@ fn print_summary(since: std::time::SystemTime) {
         return;
     };
     println!();
-    println!("Nanoseconds per request, this run:");
+    println!("Nanoseconds per request, this run, like for like: the fields on beside");
+    println!("tower_governor's use_headers(), the fields off beside tower_governor as it ships:");
     println!();
     println!(
-        "| per request | ours (per key + global) | ours (per key) | tower_governor \
-         | tower_governor, use_headers | service alone | ours ÷ tower_governor \
-         | ours per key ÷ tower_governor | ours ÷ tower_governor, use_headers |"
+        "| per request | ours, fields on (per key + global) | tower_governor, use_headers \
+         | ÷ | ours, fields off (per key + global) | ours, fields off (per key) \
+         | tower_governor | ÷ (+ global) | ÷ (per key) | ours, fields on (per key) \
+         | service alone |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for name in ROWS {
-        let [ours, ours_per_key, governor, governor_headers, service] =
-            <[Option<f64>; 5]>::try_from(row(&home, GROUP, name, &COLUMNS, since))
+        let [ours, governor_headers, ours_off, ours_per_key_off, governor, ours_per_key, service] =
+            <[Option<f64>; 7]>::try_from(row(&home, GROUP, name, &COLUMNS, since))
                 .expect("a figure or none for each column");
-        let figures = [ours, ours_per_key, governor, governor_headers, service].map(ns);
-        let ratios = [
-            ratio(ours, governor),
-            ratio(ours_per_key, governor),
-            ratio(ours, governor_headers),
-        ];
         println!(
-            "| {name} | {} | {} |",
-            figures.join(" | "),
-            ratios.join(" | ")
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            ns(ours),
+            ns(governor_headers),
+            ratio(ours, governor_headers),
+            ns(ours_off),
+            ns(ours_per_key_off),
+            ns(governor),
+            ratio(ours_off, governor),
+            ratio(ours_per_key_off, governor),
+            ns(ours_per_key),
+            ns(service),
         );
     }
 }

@@ -20,10 +20,14 @@
 //!   as it ships (no headers on admitted responses). Admitting: 10^9 at once, one more a
 //!   nanosecond, never refusing. Refusing: one request an hour, so all but the first
 //!   are answered 429.
+//! - `governor-headers-admit`, `governor-headers-refuse`: the same with `use_headers()`
+//!   (`x-ratelimit-*` on every response).
 //! - `ours-admit`, `ours-refuse`: `RateLimitLayer` per client IP with a global limit,
 //!   both token buckets, with the `RateLimit` header fields as it ships. The per-client
 //!   quotas are the same as tower_governor's; the global one holds 10^9 and gains 10^9 a
-//!   second, so it never refuses.
+//!   second, so it never refuses. Compared with `governor-headers-*`.
+//! - `ours-off-admit`, `ours-off-refuse`: the same with `rate_limit_fields(false)`,
+//!   compared with `governor-*` as it ships.
 //!
 //! `cargo bench` passes `--bench` to the program; it is ignored.
 
@@ -36,14 +40,18 @@ use axum::Router;
 #[path = "support/http_layers.rs"]
 mod http_layers;
 
-use http_layers::{ONE_AN_HOUR, UNLIMITED};
+use http_layers::{Fields, ONE_AN_HOUR, UNLIMITED};
 
-const VARIANTS: [&str; 5] = [
+const VARIANTS: [&str; 9] = [
     "none",
     "governor-admit",
     "governor-refuse",
+    "governor-headers-admit",
+    "governor-headers-refuse",
     "ours-admit",
     "ours-refuse",
+    "ours-off-admit",
+    "ours-off-refuse",
 ];
 
 /// What the command line asked for.
@@ -87,8 +95,16 @@ fn router(variant: &str) -> Result<Router, String> {
         "none" => Ok(app),
         "governor-admit" => Ok(app.layer(http_layers::tower_governor(UNLIMITED))),
         "governor-refuse" => Ok(app.layer(http_layers::tower_governor(ONE_AN_HOUR))),
-        "ours-admit" => Ok(app.layer(http_layers::ours(UNLIMITED, true))),
-        "ours-refuse" => Ok(app.layer(http_layers::ours(ONE_AN_HOUR, true))),
+        "governor-headers-admit" => {
+            Ok(app.layer(http_layers::tower_governor_with_headers(UNLIMITED)))
+        }
+        "governor-headers-refuse" => {
+            Ok(app.layer(http_layers::tower_governor_with_headers(ONE_AN_HOUR)))
+        }
+        "ours-admit" => Ok(app.layer(http_layers::ours(UNLIMITED, true, Fields::On))),
+        "ours-refuse" => Ok(app.layer(http_layers::ours(ONE_AN_HOUR, true, Fields::On))),
+        "ours-off-admit" => Ok(app.layer(http_layers::ours(UNLIMITED, true, Fields::Off))),
+        "ours-off-refuse" => Ok(app.layer(http_layers::ours(ONE_AN_HOUR, true, Fields::Off))),
         other => Err(format!("no variant {other:?}\n{}", usage())),
     }
 }

@@ -1,7 +1,9 @@
 #!/bin/bash
-# The HTTP layer beside tower_governor under wrk (issue 22, item 6): requests per second
+# The HTTP layer beside tower_governor under wrk (issues 22 and 33): requests per second
 # of an axum server on loopback (benches/http_server.rs) with no limiter, tower_governor
-# and ours, each admitting everything and refusing everything.
+# and ours, each admitting everything and refusing everything, like for like: ours with
+# the RateLimit fields on beside tower_governor's use_headers(), ours with them off
+# beside tower_governor as it ships.
 #
 #   benches/http_wrk.sh
 #
@@ -9,8 +11,8 @@
 # release profile, starts one server per variant, each on a free loopback port, then
 # runs `wrk -t2 -c64 -d8s` against each in turn, three rounds, keeps each variant's best
 # run, and stops the servers. At the end it prints a table of requests per second with
-# the ratios to tower_governor, the load average before and after, and the commands it
-# ran. About 2 minutes.
+# the ratios to tower_governor (and, admitting, to axum with no limiter), the load
+# average before and after, and the commands it ran. About 4 minutes.
 #
 #   DURATION=8s CONNECTIONS=64 THREADS=2 RUNS=3   the wrk settings (these are the defaults)
 #   VARIANTS="none ours-admit"                    a subset of the variants
@@ -20,7 +22,7 @@ duration=${DURATION:-8s}
 connections=${CONNECTIONS:-64}
 threads=${THREADS:-2}
 runs=${RUNS:-3}
-variants=${VARIANTS:-none governor-admit governor-refuse ours-admit ours-refuse}
+variants=${VARIANTS:-none governor-admit ours-off-admit governor-headers-admit ours-admit governor-refuse ours-off-refuse governor-headers-refuse ours-refuse}
 
 # shellcheck source=benches/support/http_build.sh
 source "$root/benches/support/http_build.sh"
@@ -95,11 +97,14 @@ for run in $(seq "$runs"); do
 done
 load_after=$(uptime)
 
-# The tower_governor figure a variant is compared with: the same traffic.
+# The tower_governor figure a variant is compared with: the same traffic, the same
+# header fields sent or not.
 reference() {
   case $1 in
-    *-admit | none) echo governor-admit ;;
-    *-refuse) echo governor-refuse ;;
+    ours-admit) echo governor-headers-admit ;;
+    ours-refuse) echo governor-headers-refuse ;;
+    ours-off-admit | none) echo governor-admit ;;
+    ours-off-refuse) echo governor-refuse ;;
   esac
 }
 label() {
@@ -107,24 +112,36 @@ label() {
     none) echo "axum with no limiter" ;;
     governor-admit) echo "tower_governor, admitting everything" ;;
     governor-refuse) echo "tower_governor, refusing everything" ;;
-    ours-admit) echo "ours (per client + global), admitting everything" ;;
-    ours-refuse) echo "ours (per client + global), refusing everything" ;;
+    governor-headers-admit) echo "tower_governor use_headers(), admitting everything" ;;
+    governor-headers-refuse) echo "tower_governor use_headers(), refusing everything" ;;
+    ours-admit) echo "ours (per client + global), fields on, admitting everything" ;;
+    ours-refuse) echo "ours (per client + global), fields on, refusing everything" ;;
+    ours-off-admit) echo "ours (per client + global), fields off, admitting everything" ;;
+    ours-off-refuse) echo "ours (per client + global), fields off, refusing everything" ;;
   esac
+}
+ratio() {
+  if [ -n "${best[$2]:-}" ] && [ "$1" != "$2" ]; then
+    awk -v a="${best[$1]}" -v b="${best[$2]}" 'BEGIN { printf "%.3f", a / b }'
+  else
+    echo "—"
+  fi
 }
 
 echo
 echo "wrk -t$threads -c$connections -d$duration, best of $runs, on 127.0.0.1:"
 echo
-echo "| server | requests/s | ÷ tower_governor, same traffic |"
-echo "|---|---|---|"
+echo "| server | requests/s | ÷ tower_governor, like for like | ÷ no limiter |"
+echo "|---|---|---|---|"
 for variant in $variants; do
-  ref=$(reference "$variant")
-  if [ -n "${best[$ref]:-}" ] && [ "$ref" != "$variant" ]; then
-    ratio=$(awk -v a="${best[$variant]}" -v b="${best[$ref]}" 'BEGIN { printf "%.2f", a / b }')
-  else
-    ratio="—"
-  fi
-  printf '| %s | %.1fk | %s |\n' "$(label "$variant")" "$(awk -v a="${best[$variant]}" 'BEGIN { print a / 1000 }')" "$ratio"
+  ref=$(reference "$variant" || true)
+  like=$([ -n "$ref" ] && ratio "$variant" "$ref" || echo "—")
+  case $variant in
+    *-admit) bare=$(ratio "$variant" none) ;;
+    *) bare="—" ;;
+  esac
+  printf '| %s | %.1fk | %s | %s |\n' "$(label "$variant")" \
+    "$(awk -v a="${best[$variant]}" 'BEGIN { print a / 1000 }')" "$like" "$bare"
 done
 echo
 echo "load before: $load_before"

@@ -16,7 +16,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cases=${CASES:-admitted refused hot_key 1M_keys}
-variants=${VARIANTS:-ours ours-per-key governor governor-headers service}
+variants=${VARIANTS:-ours governor-headers ours-off ours-per-key-off governor ours-per-key service}
 
 # shellcheck source=benches/support/http_build.sh
 source "$root/benches/support/http_build.sh"

@@ -53,13 +53,25 @@ pub const ONE_AN_HOUR: Quota = Quota {
 /// Our layer's type, per client IP, token buckets.
 pub type Ours = RateLimitLayer<ClientIp, Local<ClientKey, TokenBucket, TokenBucket>>;
 
+/// Whether our layer sends the `RateLimit-Policy` and `RateLimit` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fields {
+    /// As it ships: the fields on every decided response.
+    On,
+    /// `rate_limit_fields(false)`: `Retry-After` on refusals alone, as tower_governor
+    /// ships.
+    Off,
+}
+
 /// Ours: a token bucket of `quota` per client IP (the peer's), and with `global` one
 /// for the whole service decided together with it, holding 10^9 and gaining 10^9 a
-/// second, so that it never refuses at any rate a machine serves.
-pub fn ours(quota: Quota, global: bool) -> Ours {
+/// second, so that it never refuses at any rate a machine serves; the `RateLimit` fields
+/// as `fields` says.
+pub fn ours(quota: Quota, global: bool, fields: Fields) -> Ours {
     let per_client =
         TokenBucket::new(quota.rate, u64::from(quota.burst)).expect("a valid per-client bucket");
-    let builder = RateLimitLayer::builder(ClientIp::peer(), per_client);
+    let builder = RateLimitLayer::builder(ClientIp::peer(), per_client)
+        .rate_limit_fields(fields == Fields::On);
     let built = if global {
         let global = TokenBucket::new(Rate::per_second(1_000_000_000), 1_000_000_000)
             .expect("a valid global bucket");

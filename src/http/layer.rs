@@ -317,6 +317,9 @@ impl<K: Hash + Eq, H> Settings<K, H> {
                 key,
                 fields: Fields::new(&named, &self.fields),
                 limits,
+                quotas: self.fields.standard
+                    || self.fields.legacy
+                    || self.handling.settle.is_some(),
                 handling: self.handling,
                 respond: self.respond,
                 shadow_refusals: AtomicU64::new(0),

@@ -106,7 +106,9 @@ pub(crate) mod private {
     pub trait Decide<K>: Send + Sync + 'static {
         /// Decides a request of `cost` permits for `key`; when `wait` is set and the
         /// request could pass within it, waits first in, first out up to that long.
-        fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided;
+        /// Without `quotas`, the verdict may leave them out: the layer sends no field
+        /// and settles nothing, and reading them costs.
+        fn decide(&self, key: &K, cost: u64, wait: Option<Duration>, quotas: bool) -> Decided;
 
         /// Settles a request charged `charged` permits that turned out to cost `actual`:
         /// gives back what it did not use to each limit whose `refundable` is set (the
@@ -156,9 +158,13 @@ where
     L: KeyTemplate + Member,
     G: Limiter + Member,
 {
-    /// The decision of a request that does not wait.
-    fn try_decide(&self, key: &K, cost: u64) -> Verdict {
+    /// The decision of a request that does not wait, with its quotas when `quotas` asks.
+    fn try_decide(&self, key: &K, cost: u64, quotas: bool) -> Verdict {
         let Some(global) = &self.global else {
+            if !quotas {
+                let result = self.keyed.try_acquire(key, cost);
+                return Verdict::of_key(self.outcome(result), None);
+            }
             let decision = self.keyed.try_acquire_decision(key, cost);
             return Verdict::of_key(self.outcome(decision.result), decision.quota);
         };
@@ -216,8 +222,8 @@ where
     L: KeyTemplate + Member,
     G: Limiter + Member,
 {
-    fn decide(&self, key: &K, cost: u64, wait: Option<Duration>) -> Decided {
-        let verdict = self.try_decide(key, cost);
+    fn decide(&self, key: &K, cost: u64, wait: Option<Duration>, quotas: bool) -> Decided {
+        let verdict = self.try_decide(key, cost, quotas);
         match (&verdict.outcome, wait) {
             // Worth waiting only when it could pass in time: `retry_after` is never
             // shorter than the true wait.

@@ -97,7 +97,6 @@ where
         if (shared.handling.skip.as_ref()).is_some_and(|skip| skip(&head)) {
             return self.pass(request);
         }
-        let grpc = grpc_content_type(head.headers);
         let allowed_network = !shared.handling.allow_cidrs.is_empty()
             && (shared.key.client_ip(&head)).is_some_and(|ip| {
                 shared
@@ -126,6 +125,7 @@ where
                     let missing = RefusedBy::MissingKey;
                     (shared.observer).refused(Answer::Refused, missing, None, client_ip);
                     let kind = RefusalKind::NoKey(error);
+                    let grpc = grpc_content_type(head.headers);
                     let state = refused(shared, kind, missing, HeaderMap::new(), grpc);
                     return ResponseFuture {
                         state,
@@ -145,10 +145,10 @@ where
             Mode::Wait(max_wait) => Some(max_wait),
             Mode::Refuse | Mode::Shadow => None,
         };
-        match shared.limits.decide(&key, cost, wait) {
+        match shared.limits.decide(&key, cost, wait, shared.quotas) {
             Decided::Now(verdict) => {
                 let shared = Arc::clone(&self.shared);
-                let state = answer(&shared, verdict, &mut self.inner, request, key, cost, grpc);
+                let state = answer(&shared, verdict, &mut self.inner, request, key, cost);
                 ResponseFuture { state, shared }
             }
             Decided::Later(decision) => {
@@ -166,13 +166,12 @@ where
                     state: State::Deciding {
                         decision,
                         span,
-                        waiting: Some(Waiting {
+                        waiting: Some(Box::new(Waiting {
                             inner,
                             request,
                             key,
                             cost,
-                            grpc,
-                        }),
+                        })),
                     },
                     shared: Arc::clone(&self.shared),
                 }
@@ -231,7 +230,6 @@ fn answer<S, X, B, H, ReqBody, ResBody>(
     request: Request<ReqBody>,
     key: X::Key,
     cost: u64,
-    grpc: Option<HeaderValue>,
 ) -> State<S, X::Key, ReqBody, ResBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -259,6 +257,8 @@ where
             if !matches!(kind, RefusalKind::TooManyKeys { .. }) {
                 shared.fields.insert(&mut headers, &verdict.quotas);
             }
+            // Only a refusal asks whether it answers a gRPC call.
+            let grpc = grpc_content_type(request.headers());
             return refused(shared, kind, by, headers, grpc);
         }
     };
@@ -308,7 +308,6 @@ struct Waiting<S, K, ReqBody> {
     request: Request<ReqBody>,
     key: K,
     cost: u64,
-    grpc: Option<HeaderValue>,
 }
 
 #[pin_project(project = StateProjection)]
@@ -318,7 +317,9 @@ enum State<S: Service<Request<ReqBody>>, K, ReqBody, ResBody> {
         decision: Pin<Box<dyn Future<Output = Verdict> + Send>>,
         /// The span it waits in, when it waits and the layer is named.
         span: WaitSpan,
-        waiting: Option<Waiting<S, K, ReqBody>>,
+        /// Boxed: a request that waits is rare, and the state is moved on every request's
+        /// way out, so its size is paid by all.
+        waiting: Option<Box<Waiting<S, K, ReqBody>>>,
     },
     /// Admitted (or passed untouched): the inner service answers.
     Calling {
@@ -379,21 +380,19 @@ where
                     waiting,
                 } => {
                     let verdict = ready!(span.in_scope(|| decision.as_mut().poll(cx)));
-                    let Some(Waiting {
+                    let Some(waiting) = waiting.take() else {
+                        unreachable!("a decision is polled to its end once")
+                    };
+                    let Waiting {
                         mut inner,
                         request,
                         key,
                         cost,
-                        grpc,
-                    }) = waiting.take()
-                    else {
-                        unreachable!("a decision is polled to its end once")
-                    };
+                    } = *waiting;
                     // What the wait ended in is reported inside its span.
                     let span = std::mem::take(span);
-                    let next = span.in_scope(|| {
-                        answer(this.shared, verdict, &mut inner, request, key, cost, grpc)
-                    });
+                    let next = span
+                        .in_scope(|| answer(this.shared, verdict, &mut inner, request, key, cost));
                     this.state.set(next);
                 }
                 StateProjection::Calling { future, admitted } => {

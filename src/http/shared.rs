@@ -66,6 +66,8 @@ pub(crate) struct Shared<X: KeyExtractor, B, H> {
     pub(crate) limits: B,
     pub(crate) fields: Fields,
     pub(crate) handling: Handling<X::Key>,
+    /// Whether a decision's quotas are used: for the fields, or to settle.
+    pub(crate) quotas: bool,
     pub(crate) respond: H,
     /// Requests a shadow layer let through that it would have refused.
     pub(crate) shadow_refusals: AtomicU64,
