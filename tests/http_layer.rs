@@ -829,6 +829,11 @@ fn a_quota_unit_that_is_no_token_or_names_no_cost_is_refused() {
         "the quota unit \"content-bytes\" needs a cost function: without one each request \
          counts one, so the quotas are in requests"
     );
+    // Requests, the draft's default, is true without a cost, and goes unsaid.
+    let plain = RateLimitLayer::builder(ClientIp::peer(), bucket())
+        .quota_unit(QuotaUnit::Requests)
+        .build();
+    assert!(plain.is_ok());
     // Tokens of the user's own pass: `*`, digits after the first, `:` and `/`.
     for unit in ["*", "tokens/v2", "a:b", "x-1"] {
         let built = RateLimitLayer::builder(ClientIp::peer(), bucket())
@@ -872,4 +877,41 @@ async fn the_fields_switched_off_leave_only_retry_after() {
         Some("0")
     );
     assert_eq!(text(&headers, "x-ratelimit-limit").as_deref(), Some("1"));
+}
+
+/// With the fields off, an estimate is still settled (the decision's quotas are read for
+/// it), and a request that waits its turn gets no field either.
+#[tokio::test(start_paused = true)]
+async fn with_the_fields_off_settling_and_waiting_work_as_with_them_on() {
+    let settled =
+        RateLimitLayer::builder(GlobalKey, TokenBucket::new(Rate::per_hour(1), 100).unwrap())
+            .cost(|_| 40)
+            .settle(Settle::Extension)
+            .rate_limit_fields(false)
+            .build()
+            .unwrap();
+    let mut service = settled.layer(tower::service_fn(|_request: Request<()>| async {
+        let mut response = Response::new(String::new());
+        response.extensions_mut().insert(ActualCost(7));
+        Ok::<_, Infallible>(response)
+    }));
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!((status, headers.len()), (StatusCode::OK, 0));
+    assert_eq!(settled.per_key().quota(&()).unwrap().remaining, 93);
+
+    let waiting = RateLimitLayer::builder(
+        ClientIp::peer(),
+        TokenBucket::new(Rate::per_second(1), 1).unwrap(),
+    )
+    .wait_up_to(Duration::from_secs(1))
+    .rate_limit_fields(false)
+    .build()
+    .unwrap();
+    let mut service = waiting.layer(ok_service());
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!((status, headers.len()), (StatusCode::OK, 0));
+    let start = tokio::time::Instant::now();
+    let (status, headers) = send(&mut service, request_from("192.0.2.1", &[])).await;
+    assert_eq!((status, headers.len()), (StatusCode::OK, 0), "{headers:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
 }

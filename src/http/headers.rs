@@ -2,8 +2,9 @@
 //! `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11), the legacy
 //! `X-RateLimit-Limit/Remaining/Reset`, and `Retry-After`.
 //!
-//! `RateLimit-Policy` names each limit and says its quota (`q`) and window (`w`, whole
-//! seconds); it is the same on every response, so it is made once. `RateLimit` says,
+//! `RateLimit-Policy` names each limit and says its quota (`q`), the quota's unit when
+//! it is not requests (`qu`) and its window (`w`, whole seconds); it is the same on every
+//! response, so it is made once. `RateLimit` says,
 //! for each limit, the permits remaining (`r`) and the seconds until it is whole again
 //! (`t`), read in the decision itself.
 
@@ -103,10 +104,12 @@ pub enum QuotaUnit {
     Requests,
     /// `content-bytes`: the bytes of the request's content.
     ContentBytes,
-    /// `concurrent-requests`: requests under way at once.
+    /// `concurrent-requests`: requests under way at once. True only of a cost that
+    /// stands for requests in flight, which none of the crate's limiters counts.
     ConcurrentRequests,
-    /// A unit of your own, such as `llm-tokens`: a Structured Field token (RFC 9651,
-    /// 3.3.4), a letter or `*` and then letters, digits and ``!#$%&'*+-.^_`|~:/``.
+    /// A unit of your own, such as `llm-tokens`, in the characters of a Structured Field
+    /// token (RFC 9651, 3.3.4): a letter or `*`, then letters, digits and
+    /// ``!#$%&'*+-.^_`|~:/``. Sent, like the others, as an sf-string.
     Custom(String),
 }
 
@@ -121,7 +124,8 @@ impl QuotaUnit {
         }
     }
 
-    /// Whether the unit is a Structured Field token, as the draft's registered units are.
+    /// Whether the unit is in a Structured Field token's characters, as the draft's
+    /// registered units are.
     pub(crate) fn is_valid(&self) -> bool {
         let mut bytes = self.as_str().bytes();
         let first_ok = bytes

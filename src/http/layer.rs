@@ -43,15 +43,16 @@ pub enum BuildError {
         /// The name given.
         name: String,
     },
-    /// A [quota unit](RateLimitBuilder::quota_unit) that is not a Structured Field
-    /// token: a letter or `*`, then letters, digits and ``!#$%&'*+-.^_`|~:/``.
+    /// A [quota unit](RateLimitBuilder::quota_unit) of characters other than a
+    /// Structured Field token's: a letter or `*`, then letters, digits and
+    /// ``!#$%&'*+-.^_`|~:/`` (it is sent as an sf-string, as the draft's units are).
     InvalidQuotaUnit {
         /// The unit given.
         unit: String,
     },
-    /// A [quota unit](RateLimitBuilder::quota_unit) without a
-    /// [cost](RateLimitBuilder::cost) function: each request then counts one, so its
-    /// quotas are in requests whatever the unit says.
+    /// A [quota unit](RateLimitBuilder::quota_unit) other than
+    /// [`QuotaUnit::Requests`] without a [cost](RateLimitBuilder::cost) function: each
+    /// request then counts one, so its quotas are in requests whatever the unit says.
     QuotaUnitWithoutCost {
         /// The unit given.
         unit: String,
@@ -69,8 +70,8 @@ impl fmt::Display for BuildError {
             ),
             BuildError::InvalidQuotaUnit { unit } => write!(
                 f,
-                "the quota unit {unit:?} is not a Structured Field token: start with a \
-                 letter or `*`, then use letters, digits and !#$%&'*+-.^_`|~:/"
+                "the quota unit {unit:?} has characters a Structured Field token has not: \
+                 start with a letter or `*`, then use letters, digits and !#$%&'*+-.^_`|~:/"
             ),
             BuildError::QuotaUnitWithoutCost { unit } => write!(
                 f,
@@ -302,7 +303,8 @@ impl<K: Hash + Eq, H> Settings<K, H> {
             if !unit.is_valid() {
                 return Err(BuildError::InvalidQuotaUnit { unit: unit_text() });
             }
-            if self.handling.cost.is_none() {
+            // Without a cost each request counts one: only `requests` is then true.
+            if self.handling.cost.is_none() && *unit != QuotaUnit::Requests {
                 return Err(BuildError::QuotaUnitWithoutCost { unit: unit_text() });
             }
         }
@@ -486,8 +488,9 @@ impl<X: KeyExtractor, P, H> RateLimitBuilder<X, P, H> {
     /// # Errors
     ///
     /// At [`build`](RateLimitBuilder::build): [`BuildError::InvalidQuotaUnit`] for a
-    /// [`QuotaUnit::Custom`] that is not a Structured Field token, and
-    /// [`BuildError::QuotaUnitWithoutCost`] when no cost function is set.
+    /// [`QuotaUnit::Custom`] of other characters than a Structured Field token's, and
+    /// [`BuildError::QuotaUnitWithoutCost`] for a unit other than
+    /// [`QuotaUnit::Requests`] when no cost function is set.
     ///
     /// ```
     /// use token_bucket::http::{ClientIp, QuotaUnit, RateLimitLayer};

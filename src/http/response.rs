@@ -26,8 +26,8 @@ const GRPC_UNAVAILABLE: u16 = 14;
 /// RFC 9457's media type for problem details in JSON.
 const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
-/// The problem types of the RateLimit draft (draft-11, section 5), registered with IANA:
-/// a quota spent, and a server short of room for the moment.
+/// The problem types of the RateLimit draft (draft-11, section 5), whose registration
+/// with IANA it requests: a quota spent, and a server short of room for the moment.
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 const REDUCED_CAPACITY: &str =
     "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
@@ -133,8 +133,9 @@ impl Refusal {
         }
     }
 
-    /// The header fields the layer sends with it: `Retry-After` (when waiting helps) and
-    /// the `RateLimit` fields (when a limit decided).
+    /// The header fields the layer sends with it: `Retry-After` (when waiting helps), and
+    /// the `RateLimit` fields when a limit decided and the layer sends them (the legacy
+    /// ones when it asks for them).
     pub fn headers(&self) -> &HeaderMap {
         &self.headers
     }
@@ -202,7 +203,7 @@ impl Refusal {
     ///   `Retry-After`;
     /// - `violated-policies`: the name of the limit that refused, as the draft's problem
     ///   types carry it, when one did;
-    /// - `limit`: what refused, as [`refused_by`](Refusal::refused_by) says;
+    /// - `refused-by`: what refused, as [`refused_by`](Refusal::refused_by) says;
     /// - `retry-after`: the seconds of `Retry-After`, when waiting helps.
     ///
     /// ```
@@ -212,7 +213,7 @@ impl Refusal {
     /// // {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
     /// //  "title":"Too Many Requests","status":429,
     /// //  "detail":"the limit \"client\" is spent; retry after 2 seconds",
-    /// //  "violated-policies":["client"],"limit":"key","retry-after":2}
+    /// //  "violated-policies":["client"],"refused-by":"key","retry-after":2}
     /// println!("{}", refusal.problem_json());
     /// # }
     /// ```
@@ -238,7 +239,7 @@ impl Refusal {
             push_json_string(&mut json, policy);
             json.push(']');
         }
-        json.push_str(",\"limit\":");
+        json.push_str(",\"refused-by\":");
         push_json_string(&mut json, self.refused_by());
         if let Some(retry_after) = self.kind.retry_after() {
             json.push_str(&format!(
@@ -335,9 +336,9 @@ impl fmt::Display for Refusal {
                 Seconds(*retry_after)
             ),
             RefusalKind::NoKey(error) => write!(f, "no rate-limit key: {error}"),
-            RefusalKind::Unavailable { reason } => {
-                write!(f, "the rate limits could not decide: {reason}")
-            }
+            // The reason stays in the kind, for logs: a Redis error can name keys and
+            // hosts a client has no business seeing.
+            RefusalKind::Unavailable { .. } => f.write_str("the rate limits could not decide"),
         }
     }
 }
@@ -545,7 +546,7 @@ mod tests {
         let refusal = client_limit_spent_for(Duration::from_millis(1_200));
         assert_eq!(
             refusal.problem_json(),
-            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the limit \"client\" is spent; retry after 2 seconds","violated-policies":["client"],"limit":"key","retry-after":2}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the limit \"client\" is spent; retry after 2 seconds","violated-policies":["client"],"refused-by":"key","retry-after":2}"#
         );
         let response: Response<String> = refusal.into_problem_json();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -565,23 +566,37 @@ mod tests {
         );
         assert_eq!(
             full.problem_json(),
-            r#"{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Service Unavailable","status":503,"detail":"too many clients at once; retry after 1 second","limit":"too_many_keys","retry-after":1}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Service Unavailable","status":503,"detail":"too many clients at once; retry after 1 second","refused-by":"too_many_keys","retry-after":1}"#
         );
     }
 
     #[test]
     fn problem_details_escape_what_json_must_escape() {
-        let refusal = refused(
+        // A key error of the user's own says its reason to the client, as written.
+        let reason = "a \"quoted\" \\ path\nline\u{1}é".to_owned();
+        let status = StatusCode::UNPROCESSABLE_ENTITY;
+        let no_key = refused(
+            RefusalKind::NoKey(KeyError::Other { status, reason }),
+            RefusedBy::MissingKey,
+            None,
+            None,
+        );
+        assert_eq!(
+            no_key.problem_json(),
+            r#"{"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"no rate-limit key: a \"quoted\" \\ path\nline\u0001é","refused-by":"missing_key"}"#
+        );
+        // Limits that could not decide keep their reason from the client.
+        let unavailable = refused(
             RefusalKind::Unavailable {
-                reason: "a \"quoted\" \\ path\nline\u{1}é".into(),
+                reason: "redis://10.0.0.5:6379 refused".into(),
             },
             RefusedBy::Unavailable,
             None,
             None,
         );
         assert_eq!(
-            refusal.problem_json(),
-            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limits could not decide: a \"quoted\" \\ path\nline\u0001é","limit":"unavailable"}"#
+            unavailable.problem_json(),
+            r#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the rate limits could not decide","refused-by":"unavailable"}"#
         );
         let never = refused(
             RefusalKind::NeverFits {
@@ -594,7 +609,7 @@ mod tests {
         );
         assert_eq!(
             never.problem_json(),
-            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the request costs 5, more than the limit \"say \\\"hi\\\"\" ever admits at once (4)","violated-policies":["say \"hi\""],"limit":"global"}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"the request costs 5, more than the limit \"say \\\"hi\\\"\" ever admits at once (4)","violated-policies":["say \"hi\""],"refused-by":"global"}"#
         );
     }
 

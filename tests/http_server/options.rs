@@ -46,7 +46,7 @@ async fn a_json_api_gets_its_refusals_as_problem_details() {
     );
     assert_eq!(problem["title"], "Too Many Requests");
     assert_eq!(problem["status"], 429);
-    assert_eq!(problem["limit"], "key");
+    assert_eq!(problem["refused-by"], "key");
     assert_eq!(problem["violated-policies"], serde_json::json!(["client"]));
     // The detail and the member say the wait that Retry-After says, to the second.
     let retry_after: u64 = text(&headers, "retry-after").parse().unwrap();
